@@ -1,0 +1,97 @@
+"""Run one activity work item and turn its outcome into the completion message. IO.
+
+Input and output are converted exactly as the worker's ``ActivityTriggerConverter``
+does (input: ``df_loads`` of the JSON text, raw string if it is not JSON; output:
+``df_dumps``), and failures become ``TaskFailed`` with the extension's reason text
+(``Activity function '<name>' failed: <message>``). ``BuiltIn::HttpActivity`` - the
+durable HTTP call - is performed here too. A ``functionTimeout`` bounds every run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+from azure.functions import meta
+from azure.functions.durable_functions import ActivityTriggerConverter
+
+from durable_host import history as h
+from durable_host import invocation
+from durable_host.loader import AppIndex
+from durable_host.store.base import ActivityWork
+
+HTTP_ACTIVITY = "BuiltIn::HttpActivity"
+
+
+async def run(
+    index: AppIndex,
+    work: ActivityWork,
+    *,
+    client_json: Callable[[], str],
+    app_dir: str,
+    timeout: float | None,
+    now: Callable[[], str],
+) -> dict[str, Any]:
+    """Run ``work``; return the inbox message (TaskCompleted or TaskFailed) for its instance."""
+    try:
+        coro = _dispatch(index, work, client_json, app_dir)
+        result = await asyncio.wait_for(coro, timeout) if timeout else await coro
+        event = h.task_completed(work.task_id, now(), result)
+    except asyncio.TimeoutError:
+        message = f"Timeout value of {timeout} seconds was exceeded by function: {work.name}"
+        event = _failed(work, now(), message, message)
+    except Exception as exc:  # noqa: BLE001 - user-code failure is data
+        event = _failed(work, now(), str(exc) or type(exc).__name__, traceback.format_exc())
+    return {"kind": "event", "event": event, "execution_id": work.execution_id}
+
+
+def _failed(work: ActivityWork, at: str, message: str, details: str) -> dict[str, Any]:
+    reason = f"Activity function '{work.name}' failed: {message}"
+    return h.task_failed(work.task_id, at, reason, details)
+
+
+async def _dispatch(
+    index: AppIndex, work: ActivityWork, client_json: Callable[[], str], app_dir: str
+) -> str:
+    if work.name == HTTP_ACTIVITY:
+        return await _http_call(json.loads(work.input_json or "{}"))
+    info = index.activity(work.name)
+    if info is None:
+        raise LookupError(f"The function '{work.name}' doesn't exist, is disabled, or is not an activity function.")
+    if info.disabled:
+        raise LookupError(f"The function '{work.name}' is disabled.")
+    value = ActivityTriggerConverter.decode(
+        meta.Datum(value=work.input_json if work.input_json is not None else "null", type="json"),
+        trigger_metadata=None,
+    )
+    kwargs = invocation.build_kwargs(info, value, client_json, app_dir)
+    result = await invocation.call(info.fn, kwargs)
+    encoded = ActivityTriggerConverter.encode(result, expected_type=None).value
+    # The extension stores the output re-serialized compactly.
+    return json.dumps(json.loads(encoded), separators=(",", ":"))
+
+
+async def _http_call(request: dict[str, Any]) -> str:
+    if request.get("tokenSource"):
+        raise PermissionError(
+            "Managed identity tokens are not available on this host: the durable HTTP call"
+            " asked for a token for "
+            f"{request['tokenSource'].get('resource')!r}."
+        )
+    content = request.get("content")
+    async with aiohttp.ClientSession() as session, session.request(
+        request.get("method", "GET"),
+        request["uri"],
+        data=content.encode() if isinstance(content, str) else None,
+        headers=request.get("headers") or None,
+    ) as response:
+        body = await response.text()
+        headers: dict[str, Any] = {}
+        for key in response.headers:
+            values = response.headers.getall(key)
+            headers[key] = values[0] if len(values) == 1 else values
+        return json.dumps({"statusCode": response.status, "headers": headers, "content": body})

@@ -1,0 +1,60 @@
+"""Command line: ``python -m durable_host start [--app-dir DIR] [--host H] [--port P] [--store S]``.
+
+Prints one line ``durable host listening on http://H:P`` once it serves requests (tests
+read the port from it when ``--port 0``), and stops cleanly on SIGTERM or SIGINT:
+it stops taking work, gives running activities a grace period, and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from durable_host.config import ConfigError
+from durable_host.host import Host, StoreSpecError
+from durable_host.loader import AppLoadError
+from durable_host.store.base import StoreLockedError
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m durable_host")
+    sub = parser.add_subparsers(dest="command", required=True)
+    start = sub.add_parser("start", help="serve a Durable Functions app")
+    start.add_argument("--app-dir", default=".", type=Path)
+    start.add_argument("--host", default="127.0.0.1")
+    start.add_argument("--port", default=7071, type=int)
+    start.add_argument("--store", default=None, help="sqlite (default) or sqlite:PATH")
+    start.add_argument("--grace", default=10.0, type=float, help="seconds for running activities at shutdown")
+    start.add_argument("--log-level", default="INFO")
+    return parser.parse_args(argv)
+
+
+async def serve(args: argparse.Namespace) -> int:
+    host = Host(args.app_dir, args.host, args.port, args.store, args.grace)
+    try:
+        await host.start()
+    except (AppLoadError, ConfigError, StoreLockedError, StoreSpecError, OSError) as exc:
+        print(f"durable host: {exc}", file=sys.stderr)
+        return 2
+    print(f"durable host listening on {host.base_url}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await host.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    return asyncio.run(serve(args))

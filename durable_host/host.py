@@ -1,0 +1,84 @@
+"""The host as one object: settings, app index, store, engine and HTTP server.
+
+``Host.start()`` reads ``host.json`` and ``local.settings.json`` (never overriding the
+environment), imports the app once, opens the store (default: SQLite at
+``<app>/.durable/<hub>.db``), starts serving HTTP and only then starts the engine, so
+``/admin/host/status`` answers ``Running`` once work and requests are both served.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from durable_host import config as config_mod
+from durable_host import loader
+from durable_host.client import DurableClient
+from durable_host.engine import Engine
+from durable_host.http import server
+from durable_host.store.base import Store
+from durable_host.store.sqlite import SqliteStore
+
+log = logging.getLogger("durable_host")
+
+
+class StoreSpecError(Exception):
+    pass
+
+
+def open_store(spec: str | None, cfg: config_mod.HostConfig) -> Store:
+    if spec is None or spec == "sqlite":
+        return SqliteStore(cfg.app_dir / ".durable" / f"{cfg.hub_name}.db")
+    if spec.startswith("sqlite:"):
+        return SqliteStore(Path(spec.removeprefix("sqlite:")))
+    raise StoreSpecError(f"unknown store {spec!r}: use sqlite or sqlite:PATH")
+
+
+@dataclass
+class Host:
+    app_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 7071
+    store_spec: str | None = None
+    grace: float = 10.0
+
+    async def start(self) -> None:
+        self.app_dir = Path(self.app_dir).resolve()
+        config_mod.apply_local_settings(self.app_dir)
+        self.config = config_mod.load(self.app_dir)
+        index = loader.load_app(self.app_dir)
+        self.store = open_store(self.store_spec, self.config)
+        await self.store.open()
+        self.engine = Engine(index, self.store, self.config)
+        self.client = DurableClient(self.engine)
+        self._running = False
+        app = server.build_app(
+            self.client,
+            hub=self.config.hub_name,
+            route_prefix=self.config.route_prefix,
+            app_dir=str(self.app_dir),
+            public_base=lambda: self.base_url,
+            is_running=lambda: self._running,
+        )
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        sockets = site._server.sockets if site._server else []  # noqa: SLF001 - the bound port
+        self.port = sockets[0].getsockname()[1] if sockets else self.port
+        self.base_url = f"http://{self.host}:{self.port}"
+        self.engine.client_json = lambda: server.client_binding_json(
+            self.base_url, self.base_url, self.config.hub_name
+        )
+        await self.engine.start()
+        self._running = True
+        log.info("durable host serving %s on %s (hub %s)", self.app_dir, self.base_url, self.config.hub_name)
+
+    async def stop(self) -> None:
+        self._running = False
+        await self.engine.stop(self.grace)
+        await self._runner.cleanup()
+        await self.store.close()

@@ -1,0 +1,285 @@
+"""The Durable extension's HTTP management API (webhooks and the SDK's local RPC).
+
+The same handler serves ``/runtime/webhooks/durabletask/...`` (what users and tools
+call) and ``/durabletask/...`` (the ``rpcBaseUrl`` the SDK's client calls). Status codes,
+headers and error bodies follow the extension's ``HttpApiHandler``; every body is empty
+or JSON, because the SDK parses every response as JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+from urllib.parse import quote
+
+from aiohttp import web
+
+from durable_host import wire
+from durable_host.client import TERMINAL, ClientError, DurableClient, parse_json_text
+from durable_host.store.base import Query
+
+WEBHOOK_BASE = "/runtime/webhooks/durabletask"
+RPC_BASE = "/durabletask"
+MAX_BODY = 16 * 1024 * 1024
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        status=status, text=json.dumps(body), content_type="application/json", headers=headers
+    )
+
+
+def error_response(error: ClientError) -> web.Response:
+    if error.status == 404 and not error.message:
+        return web.Response(status=404)
+    return json_response(error.body(), error.status)
+
+
+def origin(request: web.Request) -> str:
+    return f"{request.scheme}://{request.host}"
+
+
+def management_urls(base: str, hub: str, instance_id: str) -> dict[str, str]:
+    q = f"taskHub={hub}&connection=Storage"
+    i = quote(instance_id, safe="")
+    root = f"{base}{WEBHOOK_BASE}/instances/{i}"
+    return {
+        "id": instance_id,
+        "statusQueryGetUri": f"{root}?{q}",
+        "sendEventPostUri": f"{root}/raiseEvent/{{eventName}}?{q}",
+        "terminatePostUri": f"{root}/terminate?reason={{text}}&{q}",
+        "rewindPostUri": f"{root}/rewind?reason={{text}}&{q}",
+        "purgeHistoryDeleteUri": f"{root}?{q}",
+        "restartPostUri": f"{root}/restart?{q}",
+        "suspendPostUri": f"{root}/suspend?reason={{text}}&{q}",
+        "resumePostUri": f"{root}/resume?reason={{text}}&{q}",
+    }
+
+
+def _flag(request: web.Request, name: str, default: bool) -> bool:
+    value = request.query.get(name)
+    return default if value is None else value.strip().lower() == "true"
+
+
+class ManagementApi:
+    def __init__(self, client: DurableClient, hub: str):
+        self.client = client
+        self.hub = hub
+
+    async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
+        parts = [p for p in path.split("/") if p != ""]
+        try:
+            return await self._route(request, parts)
+        except ClientError as error:
+            return error_response(error)
+
+    async def _route(self, request: web.Request, parts: list[str]) -> web.StreamResponse:
+        method = request.method
+        head = parts[0] if parts else ""
+        if head == "orchestrators" and len(parts) in (2, 3) and method == "POST":
+            return await self._start(request, parts[1], parts[2] if len(parts) == 3 else None)
+        if head == "instances" and len(parts) == 1:
+            if method == "GET":
+                return await self._query(request)
+            if method == "DELETE":
+                return await self._purge_many(request)
+        if head == "instances" and len(parts) == 2:
+            if method == "GET":
+                return await self._status(request, parts[1])
+            if method == "DELETE":
+                return await self._purge(parts[1])
+        if head == "instances" and len(parts) >= 3 and method == "POST":
+            return await self._instance_action(request, parts[1], parts[2:])
+        if head == "entities" and len(parts) in (2, 3):
+            return await self._entities(request, parts[1:])
+        return json_response({"Message": f"No route matches {method} {request.path}"}, 404)
+
+    # --- orchestrations ---
+
+    async def _start(self, request: web.Request, name: str, instance_id: str | None) -> web.Response:
+        body = await request.read()
+        if len(body) > MAX_BODY:
+            raise ClientError(400, f"The request body exceeds {MAX_BODY} bytes.")
+        input_json = parse_json_text(body)
+        version = request.query.get("version")
+        new_id = await self.client.start(name, instance_id, input_json, version)
+        timeout = request.query.get("timeout")
+        if timeout is not None:
+            return await self._wait(request, new_id, timeout, request.query.get("pollingInterval"))
+        return self.check_status_response(request, new_id)
+
+    def check_status_response(self, request: web.Request, instance_id: str) -> web.Response:
+        urls = management_urls(origin(request), self.hub, instance_id)
+        payload = {"id": instance_id, **{k: v for k, v in urls.items() if k != "id"}}
+        headers = {"Location": urls["statusQueryGetUri"], "Retry-After": "10"}
+        return json_response(payload, 202, headers)
+
+    async def _wait(self, request: web.Request, instance_id: str, timeout: str, interval: str | None) -> web.Response:
+        try:
+            deadline = time.monotonic() + float(timeout)
+            step = max(0.05, float(interval or 1))
+        except ValueError as exc:
+            raise ClientError(400, "timeout and pollingInterval must be numbers of seconds") from exc
+        while time.monotonic() < deadline:
+            status = await self.client.status(instance_id)
+            if status and status["runtimeStatus"] == "Completed":
+                return json_response(status["output"], 200)
+            if status and status["runtimeStatus"] in TERMINAL:
+                return json_response(status, 200)
+            await asyncio.sleep(min(step, max(0.0, deadline - time.monotonic())))
+        return self.check_status_response(request, instance_id)
+
+    async def _status(self, request: web.Request, instance_id: str) -> web.Response:
+        status = await self.client.status(
+            instance_id,
+            show_input=_flag(request, "showInput", True),
+            show_history=_flag(request, "showHistory", False),
+            show_history_output=_flag(request, "showHistoryOutput", False),
+        )
+        if status is None:
+            return web.Response(status=404)
+        running = status["runtimeStatus"] not in TERMINAL
+        if status["runtimeStatus"] == "Failed" and _flag(request, "returnInternalServerErrorOnFailure", False):
+            return json_response(status, 500)
+        if running:
+            headers = {"Location": str(request.url), "Retry-After": "5"}
+            return json_response(status, 202, headers)
+        return json_response(status, 200)
+
+    async def _query(self, request: web.Request) -> web.Response:
+        query = parse_query(request)
+        statuses, token = await self.client.query(query)
+        headers = {"x-ms-continuation-token": token} if token else None
+        return json_response(statuses, 200, headers)
+
+    async def _purge(self, instance_id: str) -> web.Response:
+        count = await self.client.purge(instance_id)
+        if count == 0:
+            return web.Response(status=404)
+        return json_response({"instancesDeleted": count})
+
+    async def _purge_many(self, request: web.Request) -> web.Response:
+        if "createdTimeFrom" not in request.query:
+            raise ClientError(400, "createdTimeFrom is required to purge instances by filter.")
+        query = parse_query(request)
+        count = await self.client.store.purge_many(query)
+        if count == 0:
+            return web.Response(status=404)
+        return json_response({"instancesDeleted": count})
+
+    async def _instance_action(self, request: web.Request, instance_id: str, rest: list[str]) -> web.Response:
+        action = rest[0]
+        reason = request.query.get("reason")
+        if action == "raiseEvent" and len(rest) == 2:
+            body = await request.read()
+            if len(body) > MAX_BODY:
+                raise ClientError(400, f"The event payload exceeds {MAX_BODY} bytes.")
+            input_json = parse_json_text(body, "event payload")
+            await self.client.raise_event(instance_id, rest[1], input_json)
+            return web.Response(status=202)
+        handlers = {
+            "terminate": self.client.terminate,
+            "suspend": self.client.suspend,
+            "resume": self.client.resume,
+        }
+        if action in handlers and len(rest) == 1:
+            await handlers[action](instance_id, reason)
+            return web.Response(status=202)
+        return json_response({"Message": f"Unknown instance action '{action}'"}, 404)
+
+    # --- entities ---
+
+    async def _entities(self, request: web.Request, parts: list[str]) -> web.Response:
+        name = parts[0]
+        if len(parts) == 1:
+            if request.method != "GET":
+                return json_response({"Message": "Use GET to list entities"}, 404)
+            return await self._list_entities(request, name)
+        key = "" if parts[1] == "$" else parts[1]
+        if request.method == "GET":
+            record = await self.client.read_entity(name, key)
+            if record is None:
+                return web.Response(status=404)
+            return web.Response(text=record.entity_state or "null", content_type="application/json")
+        if request.method in ("POST", "DELETE"):
+            operation = "delete" if request.method == "DELETE" else request.query.get("op", "")
+            input_json = await _entity_input(request)
+            await self.client.signal_entity(name, key, operation, input_json)
+            return web.Response(status=202)
+        return json_response({"Message": f"{request.method} is not supported here"}, 404)
+
+    async def _list_entities(self, request: web.Request, name: str) -> web.Response:
+        query = parse_query(request, entities=True)
+        query = Query(**{**query.__dict__, "prefix": wire.entity_instance_id(name, "")})
+        page = await self.client.store.query(query)
+        fetch = _flag(request, "fetchState", False)
+        rows = []
+        for record in page.records:
+            if not record.entity_exists:
+                continue
+            row: dict[str, Any] = {
+                "entityId": {"name": name.lower(), "key": wire.split_entity_id(record.instance_id)[1]},
+                "lastOperationTime": record.updated_at[:19] + "Z",
+            }
+            if fetch:
+                row["state"] = wire.parse_stored(record.entity_state)
+            rows.append(row)
+        headers = {"x-ms-continuation-token": page.continuation} if page.continuation else None
+        return json_response(rows, 200, headers)
+
+
+async def _entity_input(request: web.Request) -> str | None:
+    body = await request.read()
+    if len(body) > MAX_BODY:
+        raise ClientError(400, f"The operation input exceeds {MAX_BODY} bytes.")
+    if not body.strip():
+        return None
+    if request.content_type == "application/json":
+        text = parse_json_text(body, "operation input")
+        assert text is not None
+        value = json.loads(text)
+        # The SDK client sends JSON text inside a JSON string: unwrap one level.
+        return value if isinstance(value, str) and _is_json(value) else text
+    return json.dumps(body.decode("utf-8", errors="replace"))
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def parse_query(request: web.Request, entities: bool = False) -> Query:
+    q = request.query
+    top = q.get("top")
+    try:
+        top_value = int(top) if top else None
+    except ValueError as exc:
+        raise ClientError(400, "top must be an integer") from exc
+    statuses = tuple(s.strip() for s in q.get("runtimeStatus", "").split(",") if s.strip())
+    return Query(
+        created_from=_time_filter(q.get("createdTimeFrom")),
+        created_to=_time_filter(q.get("createdTimeTo")),
+        updated_from=_time_filter(q.get("lastOperationTimeFrom")),
+        updated_to=_time_filter(q.get("lastOperationTimeTo")),
+        statuses=statuses,
+        prefix=q.get("instanceIdPrefix"),
+        top=top_value,
+        continuation=request.headers.get("x-ms-continuation-token") or None,
+        entities=entities,
+    )
+
+
+def _time_filter(text: str | None) -> str | None:
+    if not text:
+        return None
+    from durable_host import history as h
+
+    try:
+        return h.format_time(h.parse_time(text.replace("+00:00", "Z")))
+    except ValueError as exc:
+        raise ClientError(400, f"{text!r} is not an ISO-8601 UTC time") from exc

@@ -1,0 +1,1 @@
+"""Storage port of the durable host and its implementations."""

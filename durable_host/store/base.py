@@ -1,0 +1,143 @@
+"""The storage port: what the engine needs from a task hub, in domain terms. No SQL here.
+
+A task hub holds, per instance, one row of status (``InstanceRecord``), the history of
+its current execution, and an inbox of messages (events, starts, control messages,
+entity operations), some of them invisible until a due time (durable timers). Activity
+work items live in their own queue.
+
+Contract (pinned by tests/store/test_store_contract.py, run against every
+implementation):
+
+* ``commit_episode`` applies an episode - inbox deletions, history append or replace,
+  the status row and every outgoing message and activity - atomically: all or nothing.
+* ``complete_activity`` removes the work item and enqueues its result in one atomic
+  step, and does nothing if the work item is already gone: exactly one completion.
+* ``create_instance`` checks the existing status and writes the row and the start
+  message atomically; when a call returns, its write is durable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from durable_host.orchestration import Episode
+
+
+class InstanceExistsError(Exception):
+    def __init__(self, instance_id: str, status: str):
+        super().__init__(
+            f"An instance with ID '{instance_id}' already exists and is in the {status} state."
+        )
+        self.instance_id = instance_id
+        self.status = status
+
+
+class StoreLockedError(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class InstanceRecord:
+    instance_id: str
+    name: str
+    status: str
+    execution_id: str | None = None
+    version: str | None = None
+    input_json: str | None = None
+    output_json: str | None = None
+    custom_status_json: str | None = None
+    created_at: str = ""
+    updated_at: str = ""
+    parent_instance_id: str | None = None
+    entity_state: str | None = None
+    entity_exists: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityWork:
+    work_id: int
+    instance_id: str
+    execution_id: str
+    task_id: int
+    name: str
+    input_json: str | None
+    dequeue_count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    created_from: str | None = None
+    created_to: str | None = None
+    statuses: tuple[str, ...] = ()
+    prefix: str | None = None
+    top: int | None = None
+    continuation: str | None = None
+    entities: bool | None = False  # False: orchestrations only, True: entities only
+    updated_from: str | None = None
+    updated_to: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueryPage:
+    records: list[InstanceRecord] = field(default_factory=list)
+    continuation: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EntityCommit:
+    """One entity batch: new state, consumed operations, responses to callers."""
+
+    instance_id: str
+    consumed: list[int]
+    exists: bool
+    state_json: str | None
+    responses: list[tuple[str, dict[str, Any]]]  # (caller instance id, message)
+    now: str
+
+
+class Store(Protocol):
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+
+    async def create_instance(
+        self,
+        record: InstanceRecord,
+        start_message: dict[str, Any],
+        overridable: tuple[str, ...],
+        visible_at: str | None = None,
+    ) -> None: ...
+
+    async def send(self, instance_id: str, message: dict[str, Any], now: str) -> None: ...
+
+    async def get_instance(self, instance_id: str) -> InstanceRecord | None: ...
+
+    async def get_history(self, instance_id: str) -> list[dict[str, Any]]: ...
+
+    async def fetch_messages(
+        self, instance_id: str, now: str, limit: int = 1000
+    ) -> list[tuple[int, dict[str, Any]]]: ...
+
+    async def commit_episode(
+        self, instance_id: str, episode: Episode, now: str
+    ) -> list[ActivityWork]: ...
+
+    async def commit_entity(self, commit: EntityCommit) -> None: ...
+
+    async def complete_activity(
+        self, work_id: int, instance_id: str, message: dict[str, Any], now: str
+    ) -> bool: ...
+
+    async def pending_activities(self) -> list[ActivityWork]: ...
+
+    async def mark_activity_dequeued(self, work_id: int) -> int: ...
+
+    async def ready_instances(self, now: str, due_only: bool = False) -> list[str]: ...
+
+    async def next_due(self, now: str) -> str | None: ...
+
+    async def query(self, query: Query) -> QueryPage: ...
+
+    async def purge(self, instance_id: str) -> int: ...
+
+    async def purge_many(self, query: Query) -> int: ...
