@@ -9,6 +9,7 @@ or JSON, because the SDK parses every response as JSON.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from typing import Any
@@ -212,7 +213,7 @@ class ManagementApi:
 
     async def _list_entities(self, request: web.Request, name: str) -> web.Response:
         query = parse_query(request, entities=True)
-        query = Query(**{**query.__dict__, "prefix": wire.entity_instance_id(name, "")})
+        query = dataclasses.replace(query, prefix=wire.entity_instance_id(name, ""))
         page = await self.client.store.query(query)
         fetch = _flag(request, "fetchState", False)
         rows = []

@@ -8,13 +8,32 @@ app's HTTP triggers. It also builds the durable client binding JSON the SDK expe
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from durable_host.client import DurableClient
 from durable_host.http.functions import FunctionRoutes
 from durable_host.http.management import RPC_BASE, WEBHOOK_BASE, ManagementApi, management_urls
+
+
+log = logging.getLogger("durable_host.http")
+
+
+@web.middleware
+async def _errors_as_json(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Every answer is empty or JSON: the SDK parses every response body as JSON."""
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("request %s %s failed", request.method, request.path)
+        body = {"Message": "Something went wrong while processing your request"}
+        return web.json_response(body, status=500)
 
 
 def client_binding_json(base: str, rpc_base: str, hub: str) -> str:
@@ -67,6 +86,6 @@ def build_app(
             return await functions.handle(request, path[len(prefix):])
         return web.json_response({"error": "not_found", "message": f"No route for {path}"}, status=404)
 
-    app = web.Application(client_max_size=32 * 1024 * 1024)
+    app = web.Application(client_max_size=32 * 1024 * 1024, middlewares=[_errors_as_json])
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
