@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -64,6 +66,10 @@ class Engine:
         self._stopping = False
         self._idle = asyncio.Event()
         self.stats: dict[str, int] = {"episodes": 0, "activity_runs": 0, "activity_reruns": 0}
+        # Recent durations (seconds) for /admin/host/metrics and bench/: bounded memory.
+        self.timings: dict[str, deque[float]] = {
+            name: deque(maxlen=10_000) for name in ("replay", "commit", "episode", "entity_batch")
+        }
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -153,14 +159,20 @@ class Engine:
             history,
             record.name if record else name,
         )
+        started = time.perf_counter()
         episode = await asyncio.to_thread(
             orchestration.run_episode, handle, view, messages, now, uuid.uuid4().hex
         )
+        replayed = time.perf_counter()
         if not episode.consumed:
             return  # everything is held (suspended): nothing to commit
         faults.hit("episode.before_commit")
         created = await self.store.commit_episode(instance_id, episode, now)
         faults.hit("episode.after_commit")
+        done = time.perf_counter()
+        self.timings["replay"].append(replayed - started)
+        self.timings["commit"].append(done - replayed)
+        self.timings["episode"].append(done - started)
         self.stats["episodes"] += 1
         if episode.status and episode.status != (record.status if record else None):
             log.info("instance %s is %s", instance_id, episode.status)
@@ -177,9 +189,25 @@ class Engine:
             else:
                 self.notify(item.target)
 
+    def metrics(self) -> dict[str, Any]:
+        """Counters and p50/p99 of recent durations, in milliseconds."""
+        summary: dict[str, Any] = dict(self.stats)
+        for name, values in self.timings.items():
+            ordered = sorted(values)
+            if ordered:
+                summary[f"{name}_ms"] = {
+                    "count": len(ordered),
+                    "p50": round(ordered[len(ordered) // 2] * 1000, 3),
+                    "p99": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 3),
+                }
+        summary["ready"] = len(self._queued)
+        summary["running_activities"] = len(self._activities)
+        return summary
+
     async def _entity_batch(
         self, instance_id: str, messages: list[tuple[int, dict[str, Any]]], now: str
     ) -> None:
+        started = time.perf_counter()
         record = await self.store.get_instance(instance_id)
         name = instance_id[1:].partition("@")[0]
         info = self.index.entity(name)
@@ -196,6 +224,9 @@ class Engine:
         faults.hit("entity.before_commit")
         await self.store.commit_entity(commit)
         faults.hit("entity.after_commit")
+        self.stats["entity_batches"] = self.stats.get("entity_batches", 0) + 1
+        self.stats["entity_operations"] = self.stats.get("entity_operations", 0) + len(messages)
+        self.timings["entity_batch"].append(time.perf_counter() - started)
         for target, _ in commit.responses:
             self.notify(target)
 

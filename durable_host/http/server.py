@@ -79,6 +79,8 @@ def build_app(
         if path == "/admin/host/status":
             state = "Running" if is_running() else "Stopping"
             return web.json_response({"state": state})
+        if path == "/admin/host/metrics":
+            return web.json_response(client.engine.metrics())
         for base in (WEBHOOK_BASE, RPC_BASE):
             if path == base or path.startswith(base + "/"):
                 return await management.handle(request, path[len(base):])

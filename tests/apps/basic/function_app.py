@@ -83,8 +83,7 @@ def hello_sequence(context: df.DurableOrchestrationContext):
 
 @app.orchestration_trigger(context_name="context")
 def chain(context: df.DurableOrchestrationContext):
-    n = context.get_input() or {}
-    steps = int(json.loads(n)["steps"]) if isinstance(n, str) else int(n.get("steps", 10))
+    steps = int((context.get_input() or {}).get("steps", 10))
     total = 0
     for i in range(steps):
         total += yield context.call_activity("double", i)
@@ -93,8 +92,7 @@ def chain(context: df.DurableOrchestrationContext):
 
 @app.orchestration_trigger(context_name="context")
 def fan_out(context: df.DurableOrchestrationContext):
-    raw = context.get_input()
-    count = int(json.loads(raw)["count"]) if isinstance(raw, str) else int(raw["count"])
+    count = int(context.get_input()["count"])
     results = yield context.task_all([context.call_activity("double", i) for i in range(count)])
     return sum(results)
 
@@ -142,8 +140,7 @@ def approval(context: df.DurableOrchestrationContext):
 
 @app.orchestration_trigger(context_name="context")
 def sleeper(context: df.DurableOrchestrationContext):
-    seconds = context.get_input()
-    seconds = float(json.loads(seconds)) if isinstance(seconds, str) else float(seconds)
+    seconds = float(context.get_input())
     yield context.create_timer(context.current_utc_datetime + timedelta(seconds=seconds))
     return (yield context.call_activity("say_hello", "after sleep"))
 
@@ -189,8 +186,7 @@ def parent_of_waiter(context: df.DurableOrchestrationContext):
 
 @app.orchestration_trigger(context_name="context")
 def counter_loop(context: df.DurableOrchestrationContext):
-    raw = context.get_input()
-    n = int(json.loads(raw)) if isinstance(raw, str) else int(raw or 0)
+    n = int(context.get_input() or 0)
     if n >= 3:
         return n
     yield context.call_activity("echo", n)
@@ -200,8 +196,7 @@ def counter_loop(context: df.DurableOrchestrationContext):
 
 @app.orchestration_trigger(context_name="context")
 def eternal_with_events(context: df.DurableOrchestrationContext):
-    raw = context.get_input()
-    seen = json.loads(raw) if isinstance(raw, str) else (raw or [])
+    seen = context.get_input() or []
     if len(seen) >= 3:
         return seen
     value = yield context.wait_for_external_event("item")
@@ -257,7 +252,7 @@ def event_from_activity(context: df.DurableOrchestrationContext):
 
 @app.orchestration_trigger(context_name="context")
 def counter_caller(context: df.DurableOrchestrationContext):
-    entity = df.EntityId("counter", context.get_input() if isinstance(context.get_input(), str) else "c1")
+    entity = df.EntityId("counter", context.get_input() or "c1")
     yield context.call_entity(entity, "add", 1)
     context.signal_entity(entity, "add", 10)
     return (yield context.call_entity(entity, "get"))
@@ -276,7 +271,6 @@ def entity_error_caller(context: df.DurableOrchestrationContext):
 @app.orchestration_trigger(context_name="context")
 def http_caller(context: df.DurableOrchestrationContext):
     url = context.get_input()
-    url = json.loads(url) if isinstance(url, str) and url.startswith('"') else url
     response = yield context.call_http("GET", url)
     return response["statusCode"]
 
