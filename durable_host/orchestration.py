@@ -380,8 +380,8 @@ def run_episode(
     episode = Episode()
     state = _MessageState(view, now, new_execution_id)
     for message_id, message in messages:
-        if state.accept(message):
-            episode.consumed.append(message_id)
+        state.accept(message_id, message)
+    episode.consumed = sorted(state.consumed)
     if state.terminated is not None:
         return _terminate(episode, state, now)
     if state.suspend_changed:
@@ -405,41 +405,51 @@ class _MessageState:
         self.execution_id = view.execution_id
         self.history = list(view.history)
         self.new_events: list[Event] = []
-        self.held: list[Event] = []
+        self.held: list[tuple[int, dict[str, Any]]] = []
+        self.consumed: list[int] = []
         self.started: Event | None = None
         self.terminated: str | None = None
         self.suspend_changed = False
         self.new_execution_id = new_execution_id
 
-    def accept(self, message: dict[str, Any]) -> bool:
-        """Apply one message; False means it stays in the inbox (held)."""
+    def accept(self, message_id: int, message: dict[str, Any]) -> None:
+        """Apply one message: consume it, drop it (also consumed) or hold it in the inbox."""
         kind = message["kind"]
+        if kind == "event" and self._holds(message):
+            self.held.append((message_id, message))
+            return
+        self.consumed.append(message_id)
         if self.terminated is not None:
-            return True
+            return
         if kind == "start":
-            return self._start(message)
-        if self.status in TERMINAL or self.status is None:
-            return True  # late messages for a finished (or unknown) instance are dropped
-        if kind == "terminate":
+            self._start(message)
+        elif self.status in TERMINAL or self.status is None:
+            return  # late messages for a finished (or unknown) instance are dropped
+        elif kind == "terminate":
             self.terminated = message.get("reason") or ""
-            return True
-        if kind == "suspend":
-            if self.status == "Running":
-                self.status, self.suspend_changed = "Suspended", True
-                self.new_events.append(h.execution_suspended(self.now, message.get("reason")))
-            return True
-        if kind == "resume":
-            if self.status == "Suspended":
-                self.status, self.suspend_changed = "Running", True
-                self.new_events.append(h.execution_resumed(self.now, message.get("reason")))
-                self.new_events.extend(self.held)
-                self.held = []
-            return True
-        return self._event(message)
+        elif kind == "suspend" and self.status == "Running":
+            self.status, self.suspend_changed = "Suspended", True
+            self.new_events.append(h.execution_suspended(self.now, message.get("reason")))
+        elif kind == "resume" and self.status == "Suspended":
+            self.status, self.suspend_changed = "Running", True
+            self.new_events.append(h.execution_resumed(self.now, message.get("reason")))
+            self._release_held()
+        elif kind == "event":
+            self._event(message)
 
-    def _start(self, message: dict[str, Any]) -> bool:
+    def _holds(self, message: dict[str, Any]) -> bool:
+        """Events wait in the inbox while suspended or between executions."""
+        return self.terminated is None and self.status in ("Suspended", "ContinuedAsNew", "Pending")
+
+    def _release_held(self) -> None:
+        held, self.held = self.held, []
+        for message_id, message in held:
+            self.consumed.append(message_id)
+            self._event(message)
+
+    def _start(self, message: dict[str, Any]) -> None:
         if self.status in ("Running", "Suspended"):
-            return True  # refused at the API; a stray duplicate start is dropped
+            return  # refused at the API; a stray duplicate start is dropped
         event = dict(message["event"])
         event["OrchestrationInstance"] = {
             "InstanceId": self.view.instance_id,
@@ -449,22 +459,16 @@ class _MessageState:
         self.status = "Running"
         self.execution_id = self.new_execution_id
         self.history = []
-        self.new_events = [event, *self.held]
-        self.held = []
-        return True
+        self.new_events = [event]
+        self._release_held()
 
-    def _event(self, message: dict[str, Any]) -> bool:
+    def _event(self, message: dict[str, Any]) -> None:
         target_execution = message.get("execution_id")
         if target_execution and target_execution != self.execution_id:
-            return True  # a completion for an older execution
+            return  # a completion for an older execution
         event = message["event"]
-        if self.status in ("Suspended", "ContinuedAsNew", "Pending"):
-            self.held.append(event)
-            return False
-        if _is_duplicate(event, self.history + self.new_events):
-            return True
-        self.new_events.append(event)
-        return True
+        if not _is_duplicate(event, self.history + self.new_events):
+            self.new_events.append(event)
 
 
 def _is_duplicate(event: Event, seen: list[Event]) -> bool:
