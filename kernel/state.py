@@ -1,0 +1,93 @@
+"""The session state document: creation, schema versions, upgrade, working copies. Pure.
+
+The state is one plain JSON object per session (shape in ``docs/kernel-session.md``), stored
+by the ``session`` entity. Every field is JSON, so the entity can persist it as is.
+
+Schema versions:
+* v1: the first shape, without the ``changes`` log.
+* v2 (``SCHEMA_VERSION``): adds ``changes``. A migrated state starts with an empty log, so a
+  reader holding a cursor older than the migration gets ``CursorExpiredError`` and re-reads the
+  view: the log cannot be reconstructed, and pretending it is complete would hide changes.
+
+Contract:
+* ``upgrade(state)`` returns ``state`` itself when it is current, else an upgraded copy; it
+  never mutates its argument. A state newer than this code raises ``ConflictError`` so an old
+  worker in a rolling deploy cannot rewrite a shape it does not understand.
+* ``working_copy(state)`` is a deep copy that reducers mutate; the input stays untouched, so
+  an operation that raises halfway has changed nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from kernel import ids
+from kernel.errors import ConflictError, ValidationError
+
+State = dict[str, Any]
+
+SCHEMA_VERSION = 2
+MAIN_CONVERSATION = "main"
+
+
+def new_state(session_id: str, now: str) -> State:
+    at = validate_timestamp(now)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "session_id": ids.validate_session_id(session_id),
+        "created_at": at,
+        "cursor": 0,
+        "conversations": {MAIN_CONVERSATION: {"id": MAIN_CONVERSATION, "created_at": at}},
+        "entries": [],
+        "documents": {},
+        "document_history": [],
+        "tasks": {},
+        "submissions": {},
+        "turn_queue": [],
+        "active_submission": None,
+        "changes": [],
+    }
+
+
+def upgrade(state: State) -> State:
+    version = state.get("schema_version")
+    if version == SCHEMA_VERSION:
+        return state
+    if not isinstance(version, int) or not 1 <= version < SCHEMA_VERSION:
+        raise ConflictError(
+            "unsupported_schema_version",
+            f"state has schema version {version!r}; this code reads 1..{SCHEMA_VERSION}",
+        )
+    upgraded = working_copy(state)
+    while upgraded["schema_version"] < SCHEMA_VERSION:
+        upgraded = _MIGRATIONS[upgraded["schema_version"]](upgraded)
+    return upgraded
+
+
+def _v1_to_v2(state: State) -> State:
+    state["changes"] = []
+    state["schema_version"] = 2
+    return state
+
+
+_MIGRATIONS: dict[int, Callable[[State], State]] = {1: _v1_to_v2}
+
+
+def working_copy(state: State) -> State:
+    # A JSON round trip is several times faster than copy.deepcopy on plain data, and it
+    # proves the state is still JSON.
+    return json.loads(json.dumps(state))
+
+
+def validate_timestamp(value: object, field: str = "now") -> str:
+    """Accept an ISO-8601 UTC timestamp (``Z`` or ``+00:00``) and return it unchanged."""
+    if isinstance(value, str):
+        try:
+            if datetime.fromisoformat(value).utcoffset() == timedelta(0):
+                return value
+        except ValueError:
+            pass
+    raise ValidationError("invalid_timestamp", "must be an ISO-8601 timestamp in UTC", field)

@@ -1,0 +1,257 @@
+"""The tool catalogue as data, and the validation every tool call passes first. Pure.
+
+Each ``ToolSpec`` names a tool, its argument model (pydantic: tool arguments come from a model
+and are untrusted), its replay ``policy`` and whether a person must approve it:
+
+=================  ======  ========  ==========================================================
+tool               policy  approval  notes
+=================  ======  ========  ==========================================================
+calculator         safe    no        pure arithmetic (kernel.calculator)
+read_document      safe    no        reads one document
+write_document     safe    no        idempotent upsert: a re-run writes the same content
+delete_document    safe    yes       idempotent, but destructive, so a person approves it
+append_ledger      unsafe  no        every run appends a line: never re-run blindly
+send_notices       unsafe  no        one e-mail per recipient, 1..50 distinct addresses
+=================  ======  ========  ==========================================================
+
+``policy`` is the replay rule: after a crash left an attempt without a result, a tool is re-run
+only if it was ``safe`` when the intent was saved and is ``safe`` now
+(``kernel.turn_policy.replay_decision``).
+
+Validation (the tool task's *call* phase) is two steps, and both report problems as values:
+1. the argument model checks shape: types, lengths, e-mail syntax, unknown fields (rejected);
+2. ``precheck`` checks meaning the schema cannot express (an expression that parses, distinct
+   recipients). Each problem is a string ``"<argument>: <what is wrong>"``.
+``validate_call`` returns ``(True, final_args)`` — the canonical JSON arguments to save with
+the intent and to execute with — or ``(False, error)`` where ``error`` is an envelope
+``{"ok": false, "kind": "invalid_arguments"|"unknown_tool", "tool", "field", "message",
+"problems"}`` whose ``field`` names the first offending argument. Nothing here raises for bad
+input from a model.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
+
+from kernel import calculator, documents
+from kernel.errors import join_path
+from kernel.model_io import JsonObject, JsonValue
+
+ToolPolicy = Literal["safe", "unsafe"]
+ArgsT = TypeVar("ArgsT", bound=BaseModel)
+
+# The same address and title rules as the documents these tools write (notice plans, notes),
+# so arguments that pass here cannot fail when the tool commits its document.
+EmailAddress = Annotated[documents.Email, WithJsonSchema({"type": "string", "format": "email"})]
+Title = Annotated[documents.ShortText, Field(description="Document title.")]
+
+
+class ToolArgs(BaseModel):
+    """Base of every argument model: frozen, whitespace-trimmed, unknown fields rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+class CalculatorArgs(ToolArgs):
+    expression: Annotated[
+        str,
+        Field(min_length=1, max_length=calculator.MAX_EXPRESSION_LENGTH, examples=["(2 + 3) * 4"]),
+    ]
+
+
+class ReadDocumentArgs(ToolArgs):
+    title: Title
+
+
+class WriteDocumentArgs(ToolArgs):
+    title: Title
+    text: Annotated[str, Field(max_length=32_000)]  # as documents.Note
+
+
+class DeleteDocumentArgs(ToolArgs):
+    title: Title
+
+
+class AppendLedgerArgs(ToolArgs):
+    text: Annotated[str, Field(min_length=1, max_length=2_000)]
+
+
+class SendNoticesArgs(ToolArgs):
+    recipients: Annotated[
+        list[EmailAddress], Field(min_length=1, max_length=documents.MAX_RECIPIENTS)
+    ]
+    subject: documents.ShortText
+    body: Annotated[str, Field(min_length=1, max_length=10_000)]
+    policy: Literal["allSettled", "failFast"] = "allSettled"
+
+
+def _no_problems(args: BaseModel) -> list[str]:
+    return []
+
+
+def _expression_problems(args: CalculatorArgs) -> list[str]:
+    error = calculator.check(args.expression)
+    return [f"expression: {error.message}"] if error else []
+
+
+def _recipient_problems(args: SendNoticesArgs) -> list[str]:
+    # Case-insensitive, as mail systems (and the notice_plan document) compare addresses.
+    counts = Counter(r.casefold() for r in args.recipients)
+    return [f"recipients: duplicate address {r}" for r, n in counts.items() if n > 1]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec(Generic[ArgsT]):
+    """One tool: its name, argument model, replay policy and approval requirement."""
+
+    name: str
+    args_model: type[ArgsT]
+    policy: ToolPolicy
+    requires_approval: bool = False
+    description: str
+    precheck: Callable[[ArgsT], list[str]] = _no_problems
+
+    def to_openai(self) -> JsonObject:
+        """The chat-completions ``tools`` entry, schema derived from the argument model."""
+        schema: JsonObject = self.args_model.model_json_schema()
+        schema.pop("title", None)  # the function name already says it
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": schema},
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolError:
+    """Why a call cannot run; returned as a value so the model and the user can see it."""
+
+    kind: Literal["unknown_tool", "invalid_arguments"]
+    tool: str
+    field: str | None
+    message: str
+    problems: tuple[tuple[str | None, str], ...] = ()
+
+    def to_dict(self) -> JsonObject:
+        problems: list[JsonValue] = [{"field": f, "message": m} for f, m in self.problems]
+        return {
+            "ok": False,
+            "kind": self.kind,
+            "tool": self.tool,
+            "field": self.field,
+            "message": self.message,
+            "problems": problems,
+        }
+
+
+_CATALOGUE: tuple[ToolSpec[Any], ...] = (
+    ToolSpec(
+        name="calculator",
+        args_model=CalculatorArgs,
+        policy="safe",
+        description="Evaluate an arithmetic expression: numbers, + - * / // % **, parentheses.",
+        precheck=_expression_problems,
+    ),
+    ToolSpec(
+        name="read_document",
+        args_model=ReadDocumentArgs,
+        policy="safe",
+        description="Read the session document (note) with this title.",
+    ),
+    ToolSpec(
+        name="write_document",
+        args_model=WriteDocumentArgs,
+        policy="safe",
+        description="Create or replace the session document with this title.",
+    ),
+    ToolSpec(
+        name="delete_document",
+        args_model=DeleteDocumentArgs,
+        policy="safe",
+        requires_approval=True,
+        description="Delete the session document with this title. A person approves it first.",
+    ),
+    ToolSpec(
+        name="append_ledger",
+        args_model=AppendLedgerArgs,
+        policy="unsafe",
+        description="Append one line to the session ledger. Every call adds a line.",
+    ),
+    ToolSpec(
+        name="send_notices",
+        args_model=SendNoticesArgs,
+        policy="unsafe",
+        description=(
+            "Send one notice e-mail to each recipient (distinct addresses). allSettled sends to "
+            "everyone and reports each outcome; failFast stops the rest at the first failure."
+        ),
+        precheck=_recipient_problems,
+    ),
+)
+TOOLS: dict[str, ToolSpec[Any]] = {spec.name: spec for spec in _CATALOGUE}
+
+
+def resolve(name: str) -> ToolSpec[Any] | ToolError:
+    """The spec for ``name``, or an ``unknown_tool`` error value listing the known tools."""
+    spec = TOOLS.get(name)
+    if spec is not None:
+        return spec
+    known = ", ".join(TOOLS)
+    return ToolError(
+        kind="unknown_tool",
+        tool=name,
+        field="name",
+        message=f"unknown tool {name!r}; known tools: {known}",
+    )
+
+
+def validate_call(name: str, arguments: object) -> tuple[bool, JsonObject]:
+    """Resolve, validate and precheck one call: ``(True, final_args)`` or ``(False, error)``."""
+    spec = resolve(name)
+    if isinstance(spec, ToolError):
+        return False, spec.to_dict()
+    try:
+        args = spec.args_model.model_validate(arguments)
+    except ValidationError as exc:
+        return False, _invalid(name, _schema_problems(exc)).to_dict()
+    if problems := spec.precheck(args):
+        return False, _invalid(name, [_split_problem(p) for p in problems]).to_dict()
+    final_args: JsonObject = args.model_dump(mode="json")
+    return True, final_args
+
+
+def openai_tool_specs() -> list[JsonObject]:
+    """Every tool as a chat-completions ``tools`` entry, in catalogue order."""
+    return [spec.to_openai() for spec in _CATALOGUE]
+
+
+def _invalid(tool: str, problems: list[tuple[str | None, str]]) -> ToolError:
+    field, _ = problems[0]
+    message = "; ".join(f"{f}: {m}" if f else m for f, m in problems)
+    return ToolError(
+        kind="invalid_arguments",
+        tool=tool,
+        field=field,
+        message=f"invalid arguments for {tool}: {message}",
+        problems=tuple(problems),
+    )
+
+
+def _schema_problems(exc: ValidationError) -> list[tuple[str | None, str]]:
+    # An empty location means the arguments as a whole (e.g. a list instead of an object).
+    return [
+        (
+            join_path(None, *error["loc"]) or "arguments",
+            error["msg"].removeprefix("Value error, "),  # pydantic's prefix for our ValueErrors
+        )
+        for error in exc.errors(include_url=False)
+    ]
+
+
+def _split_problem(problem: str) -> tuple[str | None, str]:
+    field, sep, message = problem.partition(": ")
+    return (field, message) if sep else (None, problem)

@@ -1,0 +1,112 @@
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from kernel import ids, session
+from kernel.errors import ConflictError, CursorExpiredError, ValidationError
+from kernel.state import SCHEMA_VERSION, validate_timestamp
+
+T0 = "2025-01-01T00:00:00Z"
+
+
+def v1_state() -> dict[str, Any]:
+    """A state as version 1 wrote it: no change log."""
+    sub = ids.submission_id("s1", "r1")
+    turn = ids.turn_instance_id("s1", sub)
+    return {
+        "schema_version": 1, "session_id": "s1", "created_at": T0, "cursor": 1,
+        "conversations": {"main": {"id": "main", "created_at": T0}},
+        "entries": [{"n": 1, "conversation": "main", "role": "user", "kind": "message",
+                     "text": "hi", "content_ref": None, "data": None, "submission_id": sub,
+                     "at": T0}],
+        "documents": {}, "document_history": [],
+        "tasks": {turn: {"id": turn, "kind": "turn", "version": None, "status": "pending",
+                         "phase": None, "parent": None, "children": [], "created_at": T0,
+                         "updated_at": T0, "reason": None}},
+        "submissions": {sub: {
+            "id": sub, "request_id": "r1", "text": "hi", "text_ref": None, "status": "active",
+            "accepted_at": T0, "started_at": T0, "finished_at": None, "answer": None,
+            "turn_instance_id": turn, "entry": 1, "cancel_requested_at": None,
+            "cancel_reason": None, "finished_cursor": None, "next_submission_id": None}},
+        "turn_queue": [], "active_submission": sub,
+    }  # fmt: skip
+
+
+def test_a_new_state_is_json_and_current() -> None:
+    state = session.new_state("s1", T0)
+
+    assert json.loads(json.dumps(state)) == state
+    assert (state["schema_version"], state["cursor"], list(state["conversations"])) == (
+        SCHEMA_VERSION, 0, ["main"],
+    )  # fmt: skip
+
+
+def test_a_new_state_validates_its_inputs() -> None:
+    with pytest.raises(ValidationError, match="invalid_session_id"):
+        session.new_state("a/b", T0)
+    with pytest.raises(ValidationError, match="invalid_timestamp"):
+        session.new_state("s1", "yesterday")
+
+
+@pytest.mark.parametrize("value", ["2025-01-01T00:00:00Z", "2025-01-01T00:00:00.123456+00:00"])
+def test_utc_timestamps_are_accepted(value: str) -> None:
+    assert validate_timestamp(value) == value
+
+
+@pytest.mark.parametrize("value", ["2025-01-01T00:00:00", "2025-01-01T01:00:00+01:00", "", 0])
+def test_non_utc_timestamps_are_rejected(value: object) -> None:
+    with pytest.raises(ValidationError, match="invalid_timestamp"):
+        validate_timestamp(value)
+
+
+def test_upgrade_v1_to_v2_adds_an_empty_change_log_without_touching_the_input() -> None:
+    old = v1_state()
+    before = copy.deepcopy(old)
+
+    new = session.upgrade(old)
+
+    assert old == before
+    assert new == before | {"schema_version": 2, "changes": []}
+
+
+def test_a_current_state_is_not_copied_by_upgrade() -> None:
+    state = session.new_state("s1", T0)
+
+    assert session.upgrade(state) is state
+
+
+@pytest.mark.parametrize("version", [SCHEMA_VERSION + 1, 0, None, "2"])
+def test_unknown_schema_versions_are_refused(version: object) -> None:
+    with pytest.raises(ConflictError, match="unsupported_schema_version"):
+        session.upgrade(v1_state() | {"schema_version": version})
+
+
+def test_operations_upgrade_an_old_state_on_read() -> None:
+    old = v1_state()
+    sub = ids.submission_id("s1", "r1")
+
+    new, result = session.finish(old, {"submission_id": sub, "status": "completed"}, T0)
+
+    assert new["schema_version"] == SCHEMA_VERSION
+    assert result["cursor"] == 2
+    assert [c["cursor"] for c in session.changes_after(new, 1)] == [2]
+
+
+def test_a_duplicate_on_an_old_state_returns_the_upgraded_state_to_persist() -> None:
+    old = v1_state()
+
+    new, result = session.accept(old, {"request_id": "r1", "text": "hi"}, T0)
+
+    assert result["duplicate"]
+    assert new is not old
+    assert new["schema_version"] == SCHEMA_VERSION
+
+
+def test_changes_from_before_the_migration_are_expired() -> None:
+    migrated = session.upgrade(v1_state())
+
+    assert session.changes_after(migrated, 1) == []
+    with pytest.raises(CursorExpiredError):
+        session.changes_after(migrated, 0)
