@@ -1,0 +1,1 @@
+"""IO adapters behind small ports: content store, attempt ledger, model providers."""

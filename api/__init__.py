@@ -1,0 +1,1 @@
+"""The agent kernel's HTTP API (HTTP-triggered functions)."""

@@ -1,0 +1,1 @@
+"""Durable entities of the agent kernel. Each delegates its state changes to ``kernel/``."""

@@ -1,0 +1,1 @@
+"""Orchestrators of the agent kernel: replayed code, deterministic generators only."""
