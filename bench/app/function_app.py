@@ -1,0 +1,42 @@
+"""The workloads measured by bench/host_bench.py."""
+
+import azure.durable_functions as df
+import azure.functions as func
+
+app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
+
+
+@app.activity_trigger(input_name="n")
+def noop(n: int) -> int:
+    return n
+
+
+@app.orchestration_trigger(context_name="context")
+def chain(context: df.DurableOrchestrationContext):
+    steps = int(context.get_input()["steps"])
+    for i in range(steps):
+        yield context.call_activity("noop", i)
+    return steps
+
+
+@app.orchestration_trigger(context_name="context")
+def fan_out(context: df.DurableOrchestrationContext):
+    count = int(context.get_input()["count"])
+    results = yield context.task_all([context.call_activity("noop", i) for i in range(count)])
+    return len(results)
+
+
+@app.orchestration_trigger(context_name="context")
+def entity_calls(context: df.DurableOrchestrationContext):
+    spec = context.get_input()
+    entity = df.EntityId("counter", spec["key"])
+    for _ in range(int(spec["calls"])):
+        yield context.call_entity(entity, "add", 1)
+    return spec["calls"]
+
+
+@app.entity_trigger(context_name="context")
+def counter(context: df.DurableEntityContext):
+    value = context.get_state(lambda: 0) + (context.get_input() or 0)
+    context.set_state(value)
+    context.set_result(value)
