@@ -1,0 +1,148 @@
+"""``python -m demo``: start the mail service and the durable host, submit one request, and
+show its progress live from the session's change stream.
+
+The request exercises the whole kernel: a calculator round, a document write, and the
+five-notices workflow against the real mail service. Progress lines come from
+``GET /api/sessions/{id}/changes?after=&wait=`` (long polling on the committed change log),
+so what you see is exactly what was made durable, in order. ``--exit`` stops when the
+submission is final (used by tests); otherwise the host keeps serving until Ctrl-C, and the
+session page stays open at the printed URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUEST = (
+    "calculate (17 + 25) * 2 and then remember launch: ship on Friday and then "
+    "send the approved notice to alice@example.com, bob@example.com, carol@example.com, "
+    'dave@example.com, erin@example.com subject "Service window"'
+)
+FINAL = ("completed", "failed", "cancelled")
+
+
+def http(method: str, url: str, body: Any = None, timeout: float = 70.0) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as err:
+        raw = err.read()
+        return err.code, json.loads(raw) if raw else None
+
+
+def spawn(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+    """Start a child process that prints one ``... listening on URL`` line; return it and URL."""
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if "listening on" in line:
+            return proc, line.strip().rsplit(" ", 1)[-1]
+        if not line and proc.poll() is not None:
+            break
+    raise SystemExit(f"{args[2]} did not start")
+
+
+def describe(item: dict[str, Any], view: dict[str, Any]) -> str | None:
+    kind = item.get("type")
+    if kind == "entry":
+        entry = next((e for e in view.get("entries", []) if e["n"] == item["n"]), {})
+        text = entry.get("text") or ""
+        calls = (entry.get("data") or {}).get("tool_calls") or []
+        if calls:
+            text = "asks for " + ", ".join(c["name"] for c in calls)
+        return f"  entry #{item['n']:<3} {item['role']:<9} {text[:90]}"
+    if kind == "task":
+        return f"  task   {item['id'][-48:]:<48} {item.get('status') or '':<10} {item.get('phase') or ''}"
+    if kind == "document":
+        return f"  doc    {item['id']:<24} v{item['version']} ({item['doc_type']})"
+    if kind == "submission":
+        return f"  submission {item['id'][:8]}... {item['status']}"
+    return None
+
+
+def follow(base: str, session_id: str, submission_id: str, deadline: float) -> dict[str, Any]:
+    cursor = 0
+    while time.monotonic() < deadline:
+        status, page = http("GET", f"{base}/api/sessions/{session_id}/changes?after={cursor}&wait=20")
+        if status == 404:
+            time.sleep(0.1)  # the session entity is created by the first commit
+            continue
+        if status != 200:
+            raise SystemExit(f"change stream failed: {status} {page}")
+        records = page.get("changes", page) if isinstance(page, dict) else page
+        if records:
+            _, view = http("GET", f"{base}/api/sessions/{session_id}")
+            for record in records:
+                for item in record.get("items", []):
+                    line = describe(item, view)
+                    if line:
+                        print(line, flush=True)
+                cursor = record["cursor"]
+        _, sub = http("GET", f"{base}/api/sessions/{session_id}/submissions/{submission_id}")
+        if sub and sub.get("status") in FINAL:
+            return sub
+    raise SystemExit("the demo did not finish in time")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m demo")
+    parser.add_argument("--port", type=int, default=7071)
+    parser.add_argument("--exit", action="store_true", help="stop once the submission is final")
+    parser.add_argument("--state-dir", default=str(ROOT / ".durable" / "demo"))
+    args = parser.parse_args()
+    state = Path(args.state_dir)
+    state.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    mailbox, mail_url = spawn([sys.executable, "-m", "services.mailbox", "serve", "--db", str(state / "mailbox.db"), "--port", "0"], env)
+    env.update({"AGENT_MAIL_BASE_URL": mail_url, "AGENT_CONTENT_DIR": str(state / "content"),
+                "AGENT_LEDGER_DIR": str(state / "ledger"), "AGENT_TOOL_LEDGER_FILE": str(state / "tool-ledger.txt")})
+    host, base = spawn([sys.executable, "-m", "durable_host", "start", "--app-dir", str(ROOT), "--port", str(args.port),
+                        "--store", f"sqlite:{state / 'AgentKernel.db'}", "--log-level", "WARNING"], env)
+    try:
+        return run(base, mail_url, args.exit)
+    finally:
+        for proc in (host, mailbox):
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+
+
+def run(base: str, mail_url: str, exit_when_done: bool) -> int:
+    session_id = f"demo-{int(time.time())}"
+    print(f"durable host on {base}, mail service on {mail_url}")
+    print(f"session {session_id}: {REQUEST}\n")
+    status, accepted = http("POST", f"{base}/api/sessions/{session_id}/submissions", {"requestId": "demo-1", "text": REQUEST})
+    if status != 202:
+        raise SystemExit(f"submission refused: {status} {accepted}")
+    sub = follow(base, session_id, accepted["submissionId"], time.monotonic() + 300)
+    _, stats = http("GET", f"{mail_url}/stats")
+    print(f"\nsubmission {sub['status']}:\n{sub.get('answer') or ''}")
+    print(f"\nmail service deliveries per recipient: {json.dumps((stats or {}).get('deliveries_per_recipient', stats))}")
+    print(f"watch the session: {base}/api/sessions/{session_id}/page")
+    if exit_when_done:
+        return 0 if sub["status"] == "completed" else 1
+    print("serving; Ctrl-C to stop")
+    try:
+        signal.pause()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
