@@ -254,7 +254,9 @@ def _is_json(text: str) -> bool:
     return True
 
 
-def parse_query(request: web.Request, entities: bool = False) -> Query:
+def parse_query(request: web.Request, entities: bool | None = None) -> Query:
+    """Query parameters -> Query. Instance queries list entities too (``@name@key`` ids),
+    as the extension's do (its issue #1991)."""
     q = request.query
     top = q.get("top")
     try:

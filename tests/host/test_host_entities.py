@@ -103,3 +103,13 @@ def test_counter_hammered_by_20_orchestrations_and_100_signals_counts_exactly(sh
     assert statuses == [202] * 100
     # each orchestration adds 1 (call) + 10 (signal): 20 * 11 + 100
     assert wait_for(lambda: entity_state(shared_host, key) == 320, 30, "final count")
+
+
+def test_instance_queries_list_entities_alongside_orchestrations(shared_host):
+    key = f"listed-{uuid.uuid4().hex[:8]}"
+    shared_host.post(f"{WEBHOOK}/entities/counter/{key}?op=add", 1)
+    wait_for(lambda: entity_state(shared_host, key) == 1, 10, "signal")
+
+    listed = shared_host.get(f"{WEBHOOK}/instances?instanceIdPrefix=@counter@{key}").json()
+
+    assert [row["instanceId"] for row in listed] == [f"@counter@{key}"]
