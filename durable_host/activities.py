@@ -4,7 +4,15 @@ Input and output are converted exactly as the worker's ``ActivityTriggerConverte
 does (input: ``df_loads`` of the JSON text, raw string if it is not JSON; output:
 ``df_dumps``), and failures become ``TaskFailed`` with the extension's reason text
 (``Activity function '<name>' failed: <message>``). ``BuiltIn::HttpActivity`` - the
-durable HTTP call - is performed here too. A ``functionTimeout`` bounds every run.
+durable HTTP call - is performed here too; a call that asks for a managed-identity token
+fails with a message saying this host has none.
+
+A ``functionTimeout`` bounds every run: when it passes, the activity fails with the
+Functions host's text (``Timeout value of 00:05:00 was exceeded by function:
+Functions.<name>``). An async activity is cancelled; a sync one runs on a daemon thread
+that nothing can stop, so it runs on in the background, its result is discarded (the
+task already failed) and it no longer counts against ``maxConcurrentActivityFunctions``.
+(The Functions host restarts the whole worker process instead.)
 """
 
 from __future__ import annotations
@@ -41,12 +49,23 @@ async def run(
         coro = _dispatch(index, work, client_json, app_dir)
         result = await asyncio.wait_for(coro, timeout) if timeout else await coro
         event = h.task_completed(work.task_id, now(), result)
-    except asyncio.TimeoutError:
-        message = f"Timeout value of {timeout} seconds was exceeded by function: {work.name}"
+    except TimeoutError:
+        message = (
+            f"Timeout value of {_timespan(timeout or 0)} was exceeded by function:"
+            f" Functions.{work.name}"
+        )
         event = _failed(work, now(), message, message)
     except Exception as exc:  # noqa: BLE001 - user-code failure is data
         event = _failed(work, now(), str(exc) or type(exc).__name__, traceback.format_exc())
     return {"kind": "event", "event": event, "execution_id": work.execution_id}
+
+
+def _timespan(seconds: float) -> str:
+    """Seconds as .NET prints a TimeSpan: ``hh:mm:ss`` (``d.hh:mm:ss`` past a day)."""
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    text = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}.{text}" if days else text
 
 
 def _failed(work: ActivityWork, at: str, message: str, details: str) -> dict[str, Any]:
@@ -69,7 +88,7 @@ async def _dispatch(
         trigger_metadata=None,
     )
     kwargs = invocation.build_kwargs(info, value, client_json, app_dir)
-    result = await invocation.call(info.fn, kwargs)
+    result = await invocation.call(info.fn, kwargs, daemon=True)
     encoded = ActivityTriggerConverter.encode(result, expected_type=None).value
     # The extension stores the output re-serialized compactly.
     return json.dumps(json.loads(encoded), separators=(",", ":"))

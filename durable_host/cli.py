@@ -2,18 +2,19 @@
 
 Prints one line ``durable host listening on http://H:P`` once it serves requests (tests
 read the port from it when ``--port 0``), and stops cleanly on SIGTERM or SIGINT:
-it stops taking work, gives running activities a grace period, and exits 0.
+it stops taking work, gives running activities a grace period, and exits 0. Logs go to
+stderr, one record per line, each naming its instance (``--log-format text|json``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import signal
 import sys
 from pathlib import Path
 
+from durable_host import logs
 from durable_host.config import ConfigError
 from durable_host.host import Host, StoreSpecError
 from durable_host.loader import AppLoadError
@@ -30,6 +31,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     start.add_argument("--store", default=None, help="sqlite (default) or sqlite:PATH")
     start.add_argument("--grace", default=10.0, type=float, help="seconds for running activities at shutdown")
     start.add_argument("--log-level", default="INFO")
+    start.add_argument("--log-format", default="text", choices=("text", "json"))
     return parser.parse_args(argv)
 
 
@@ -52,9 +54,5 @@ async def serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
+    logs.configure(args.log_level, args.log_format)
     return asyncio.run(serve(args))

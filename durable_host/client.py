@@ -2,7 +2,15 @@
 
 Each operation validates its input, writes what it accepts durably (one store
 transaction) and wakes the engine; a rejected request writes nothing. Failures are
-``ClientError`` values carrying the HTTP status the extension answers with.
+``ClientError`` values carrying the HTTP status and body the extension answers with
+(``HttpApiHandler``): an ASP.NET ``HttpError`` object (``Message`` and, for errors that
+wrap an exception, ``ExceptionMessage``/``ExceptionType``/``StackTrace``), or a bare JSON
+string where the extension answers with ``CreateResponse(code, "text")``.
+
+Rewind: see ``orchestration`` (the engine rewrites the history in an episode, so a
+rewind is an inbox message like any other control operation). Restart: the instance's
+name, stored input and version start again, under a new id or the same one (the same id
+follows ``overridableExistingInstanceStates``, as a start does).
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from durable_host import history as h
-from durable_host import wire
+from durable_host import orchestration, wire
 from durable_host.engine import Engine
 from durable_host.store.base import InstanceExistsError, InstanceRecord, Query
 
@@ -22,16 +30,43 @@ TERMINAL = ("Completed", "Failed", "Terminated", "Canceled")
 _BAD_ID = re.compile(r"[/\\#?\x00-\x1f\x7f]")
 
 
+ARGUMENT_ERROR = "One or more of the arguments submitted is incorrect"
+INVALID_JSON = "Invalid JSON content"
+ALREADY_EXISTS = "DurableTask.Core.Exceptions.OrchestrationAlreadyExistsException"
+
+
 @dataclass
 class ClientError(Exception):
+    """A refused request. ``body()`` is what the extension would answer.
+
+    400 without ``title``: the handler-wide ``ArgumentException`` answer (``Message`` is
+    the generic text, ``ExceptionMessage`` says what was wrong). With ``title``: an
+    ``HttpError`` titled ``title`` wrapping ``message``. ``plain``: a bare JSON string.
+    ``message_only`` (and any other status): ``{"Message": message}``.
+    """
+
     status: int
     message: str
     exception_type: str = "System.ArgumentException"
+    title: str | None = None
+    plain: bool = False
+    message_only: bool = False
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> Any:
+        if self.plain:
+            return self.message
+        if self.message_only:
+            return {"Message": self.message}
+        if self.title is not None:
+            return {
+                "Message": self.title,
+                "ExceptionMessage": self.message,
+                "ExceptionType": self.exception_type,
+                "StackTrace": None,
+            }
         if self.status == 400:
             return {
-                "Message": "One or more of the arguments submitted is incorrect",
+                "Message": ARGUMENT_ERROR,
                 "ExceptionMessage": self.message,
                 "ExceptionType": self.exception_type,
                 "StackTrace": None,
@@ -58,7 +93,10 @@ def parse_json_text(body: bytes, what: str = "request body") -> str | None:
         text = body.decode("utf-8")
         json.loads(text)
     except ValueError as exc:
-        raise ClientError(400, f"The {what} is not valid JSON: {exc}") from exc
+        raise ClientError(
+            400, f"The {what} is not valid JSON: {exc}", "Newtonsoft.Json.JsonReaderException",
+            title=INVALID_JSON,
+        ) from exc
     return text
 
 
@@ -77,8 +115,12 @@ class DurableClient:
     ) -> str:
         info = self.engine.index.orchestrator(name)
         if info is None or info.disabled:
+            orchestrators = self.engine.index.orchestrators.values()
+            known = ", ".join(f"'{i.name}'" for i in orchestrators if not i.disabled)
             raise ClientError(
-                400, f"The function '{name}' doesn't exist, is disabled, or is not an orchestrator function."
+                400,
+                f"{orchestration.missing_orchestrator_message(name)} Additional info: The"
+                f" following are the known orchestrator functions: {known or 'none'}.",
             )
         instance_id = instance_id or uuid.uuid4().hex
         validate_instance_id(instance_id)
@@ -99,7 +141,7 @@ class DurableClient:
                 self.engine.config.overridable_states, visible_at=scheduled_start,
             )
         except InstanceExistsError as exc:
-            raise ClientError(409, str(exc), "System.InvalidOperationException") from exc
+            raise ClientError(409, str(exc), ALREADY_EXISTS) from exc
         if scheduled_start and scheduled_start > now:
             self.engine.wake_timers()
         else:
@@ -112,10 +154,15 @@ class DurableClient:
             raise ClientError(404, f"No instance with ID '{instance_id}' found.")
         return record
 
-    async def _control(self, instance_id: str, message: dict[str, Any]) -> None:
+    async def require_running(self, instance_id: str) -> InstanceRecord:
+        """The instance, if it exists (else 404) and has not finished (else 410)."""
         record = await self.require(instance_id)
         if record.status in TERMINAL:
             raise ClientError(410, f"The instance '{instance_id}' is {record.status}.")
+        return record
+
+    async def _control(self, instance_id: str, message: dict[str, Any]) -> None:
+        await self.require_running(instance_id)
         await self.store.send(instance_id, message, self.engine.now())
         self.engine.notify(instance_id)
 
@@ -132,6 +179,45 @@ class DurableClient:
     async def resume(self, instance_id: str, reason: str | None) -> None:
         await self._control(instance_id, {"kind": "resume", "reason": reason})
 
+    async def rewind(self, instance_id: str, reason: str | None) -> None:
+        """Rewind a Failed instance: its failed steps run again (see ``orchestration``)."""
+        record = await self.store.get_instance(instance_id)
+        if record is None or instance_id.startswith("@"):
+            # The extension's text, its stray '$' included.
+            text = f'No orchestration with instance ID "${instance_id}" found.'
+            raise ClientError(404, text, plain=True)
+        if record.status != "Failed":
+            raise ClientError(
+                412,
+                f"This orchestration has status {record.status}, but only orchestrations in"
+                ' the "Failed" state can be rewound.',
+                plain=True,
+            )
+        # Pending from here on, as DTFx's rewind leaves it, until the rewind episode runs.
+        message = {"kind": "rewind", "reason": reason}
+        await self.store.send(instance_id, message, self.engine.now(), status="Pending")
+        self.engine.notify(instance_id)
+
+    async def restart(self, instance_id: str, new_instance_id: bool = True) -> str:
+        """Start the instance's orchestrator again with its input; the id of the new run."""
+        record = await self.store.get_instance(instance_id)
+        if record is None or instance_id.startswith("@"):
+            raise ClientError(
+                400,
+                f"An orchestration with the instanceId {instance_id} was not found.",
+                title="InstanceId does not match a valid orchestration instance.",
+            )
+        target = uuid.uuid4().hex if new_instance_id else instance_id
+        try:
+            return await self.start(record.name, target, record.input_json, record.version)
+        except ClientError as exc:
+            if exc.status != 409:
+                raise
+            raise ClientError(
+                409, exc.message, ALREADY_EXISTS,
+                title="A non-terminal instance with this instance ID already exists.",
+            ) from exc
+
     async def status(
         self, instance_id: str, *, show_input: bool = True, show_history: bool = False,
         show_history_output: bool = False,
@@ -140,21 +226,28 @@ class DurableClient:
         if record is None:
             return None
         payload = status_payload(record, show_input)
-        if show_history:
+        if show_history and record.status != "Pending":  # the extension shows none yet
             events = await self.store.get_history(instance_id)
             payload["historyEvents"] = transform_history(events, show_history_output)
         return payload
 
-    async def query(self, query: Query) -> tuple[list[dict[str, Any]], str | None]:
+    async def query(
+        self, query: Query, show_input: bool = True
+    ) -> tuple[list[dict[str, Any]], str | None]:
         page = await self.store.query(query)
-        return [status_payload(r, True) for r in page.records], page.continuation
+        return [status_payload(r, show_input) for r in page.records], page.continuation
 
     async def purge(self, instance_id: str) -> int:
         record = await self.store.get_instance(instance_id)
         if record is None:
             return 0
         if record.status not in TERMINAL and not instance_id.startswith("@"):
-            raise ClientError(412, f"The instance '{instance_id}' is {record.status}; only finished instances can be purged.")
+            raise ClientError(
+                412,
+                "Only orchestrations in a terminal state can be purged, but the orchestration"
+                f" with instance ID {instance_id} has status {record.status}",
+                plain=True,
+            )
         return await self.store.purge(instance_id)
 
     # --- entities ---
@@ -197,47 +290,77 @@ def status_payload(record: InstanceRecord, show_input: bool) -> dict[str, Any]:
 
 
 def transform_history(events: list[dict[str, Any]], with_output: bool) -> list[dict[str, Any]]:
-    """The extension's history view: names instead of numbers, scheduling merged in."""
-    scheduled = {
-        e["EventId"]: e
-        for e in events
-        if e["EventType"] in (h.EventType.TASK_SCHEDULED, h.EventType.SUB_ORCHESTRATION_CREATED)
-    }
-    skip = {
-        h.EventType.ORCHESTRATOR_STARTED, h.EventType.ORCHESTRATOR_COMPLETED,
-        h.EventType.TASK_SCHEDULED, h.EventType.SUB_ORCHESTRATION_CREATED,
-    }
-    view: list[dict[str, Any]] = []
-    for event in events:
-        kind = h.EventType(event["EventType"])
-        if kind in skip:
-            continue
-        row: dict[str, Any] = {"EventType": _pascal(kind.name), "Timestamp": event["Timestamp"]}
-        if kind == h.EventType.EXECUTION_STARTED:
-            row["FunctionName"] = event.get("Name")
-            row["ScheduledStartTime"] = event.get("ScheduledStartTime")
-        elif "TaskScheduledId" in event:
-            origin = scheduled.get(event["TaskScheduledId"], {})
-            row["FunctionName"] = origin.get("Name")
-            row["ScheduledTime"] = origin.get("Timestamp")
-            for key in ("Reason", "Details"):
-                if event.get(key) is not None:
-                    row[key] = event[key]
-            if with_output and "Result" in event:
-                row["Result"] = wire.parse_stored(event["Result"])
-        elif kind == h.EventType.EXECUTION_COMPLETED:
-            row["OrchestrationStatus"] = event.get("OrchestrationStatus")
-            if with_output:
-                row["Result"] = wire.parse_stored(event.get("Result"))
+    """The extension's history view (``DurableClient.GetDurableOrchestrationStatusAsync``).
+
+    Event types become names; ``EventId``/``IsPlayed`` go; OrchestratorStarted/-Completed
+    go; a TaskScheduled/SubOrchestrationInstanceCreated that has an outcome is merged into
+    that outcome as ``FunctionName`` + ``ScheduledTime`` (one still waiting stays, minus
+    ``Version``/``Input``); ``Result`` is shown (parsed) only with ``with_output``;
+    ExecutionStarted shows ``FunctionName`` instead of its name, input and parent;
+    ExecutionTerminated and EventRaised lose ``Input``, TimerFired its ``TimerId``.
+    """
+    scheduled: dict[tuple[int, Any], int] = {}
+    merged: set[int] = set()
+    rows: list[dict[str, Any] | None] = []
+    for index, event in enumerate(events):
+        row = _history_row(event, with_output)
+        kind = event["EventType"]
+        if kind in _SCHEDULING_ROWS:
+            scheduled[(_SCHEDULING_ROWS[kind], event.get("EventId"))] = index
+        elif kind in _OUTCOME_ROWS and row is not None:
+            origin = scheduled.get((_OUTCOME_ROWS[kind], event.get("TaskScheduledId")))
+            if origin is not None:
+                row["ScheduledTime"] = events[origin]["Timestamp"]
+                row["FunctionName"] = events[origin].get("Name")
+                merged.add(origin)
+        rows.append(row)
+    return [row for i, row in enumerate(rows) if row is not None and i not in merged]
+
+
+_SCHEDULING_ROWS = {
+    h.EventType.TASK_SCHEDULED: "task",
+    h.EventType.SUB_ORCHESTRATION_CREATED: "sub",
+}
+_OUTCOME_ROWS = {
+    h.EventType.TASK_COMPLETED: "task",
+    h.EventType.TASK_FAILED: "task",
+    h.EventType.SUB_ORCHESTRATION_COMPLETED: "sub",
+    h.EventType.SUB_ORCHESTRATION_FAILED: "sub",
+}
+_DROPPED_FIELDS = {
+    h.EventType.EXECUTION_STARTED: (
+        "Name", "OrchestrationInstance", "ParentInstance", "Version", "Tags", "Input",
+    ),
+    h.EventType.TASK_SCHEDULED: ("Version", "Input"),
+    h.EventType.SUB_ORCHESTRATION_CREATED: ("Version", "Input"),
+    h.EventType.EXECUTION_TERMINATED: ("Input",),
+    h.EventType.EVENT_RAISED: ("Input",),
+    h.EventType.TIMER_FIRED: ("TimerId",),
+    h.EventType.TASK_COMPLETED: ("TaskScheduledId",),
+    h.EventType.TASK_FAILED: ("TaskScheduledId",),
+    h.EventType.SUB_ORCHESTRATION_COMPLETED: ("TaskScheduledId",),
+    h.EventType.SUB_ORCHESTRATION_FAILED: ("TaskScheduledId",),
+}
+_WITH_RESULT = (
+    h.EventType.TASK_COMPLETED,
+    h.EventType.SUB_ORCHESTRATION_COMPLETED,
+    h.EventType.EXECUTION_COMPLETED,
+)
+
+
+def _history_row(event: dict[str, Any], with_output: bool) -> dict[str, Any] | None:
+    kind = event["EventType"]
+    if kind in (h.EventType.ORCHESTRATOR_STARTED, h.EventType.ORCHESTRATOR_COMPLETED):
+        return None
+    row = {k: v for k, v in event.items() if k not in ("EventId", "IsPlayed")}
+    row["EventType"] = h.event_type_name(kind)
+    for key in _DROPPED_FIELDS.get(kind, ()):
+        row.pop(key, None)
+    if kind == h.EventType.EXECUTION_STARTED:
+        row["FunctionName"] = event.get("Name")
+    if kind in _WITH_RESULT:
+        if with_output:
+            row["Result"] = wire.parse_stored(event.get("Result"))
         else:
-            for key in ("Name", "FireAt", "Reason"):
-                if event.get(key) is not None:
-                    row[key] = event[key]
-        view.append(row)
-    return view
-
-
-def _pascal(name: str) -> str:
-    fixed = {"SUB_ORCHESTRATION_COMPLETED": "SubOrchestrationInstanceCompleted",
-             "SUB_ORCHESTRATION_FAILED": "SubOrchestrationInstanceFailed"}
-    return fixed.get(name) or "".join(p.capitalize() for p in name.split("_"))
+            row.pop("Result", None)
+    return row

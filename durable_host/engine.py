@@ -8,16 +8,36 @@ messages to other instances (which become ready), timers to the timer loop.
 
 Nothing is kept in memory for a waiting instance: the ready set holds ids only, and
 the timer loop holds one due time - the earliest invisible message in the store - so
-ten thousand sleeping instances cost what one costs. After a crash, ``start`` finds
-every instance with visible messages and every uncompleted activity in the store and
-picks them up: an activity that was running when the host died runs again (the one
-re-execution window, counted in ``stats['activity_reruns']``).
+ten thousand sleeping instances cost what one costs. The replay cache
+(``replay.HistoryCache``) holds the histories - and, with ``DURABLE_HOST_SESSIONS=1``, the
+live SDK sessions (``sessions.py``) - of *hot* instances only, those with an activity or
+message on its way, and drops an instance as soon as it waits, finishes, or a commit of it
+fails.
+After a crash, ``start`` finds every instance with visible messages and every
+uncompleted activity in the store and picks them up: an activity that was running when
+the host died runs again (the one re-execution window, counted in
+``stats['activity_reruns']``).
+
+Poison: before each episode or entity batch the store counts one more attempt
+(``begin_attempt``; a commit resets it). Work that kills the process every time, or
+fails every time, reaches ``poison_attempts`` and is quarantined: the orchestration
+fails (or each entity operation fails) with a reason naming the poison, its messages
+are consumed, and nothing runs it again. Activities have the same bound through their
+dequeue count. An inbox message or history row that cannot be decoded fails its
+instance at once. Failed attempts are retried with exponential back-off (at most 30 s),
+so a poison instance costs no CPU while it waits.
+
+Stop (SIGTERM): no new work is taken; running episodes finish their commit; running
+activities get ``grace`` seconds, and an abandoned one is released to run again after
+restart (a sync activity's thread cannot be killed: it is left running, its late result
+discarded, and the process exits without waiting for it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from collections import deque
@@ -25,15 +45,27 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from durable_host import activities, entity, faults, orchestration
+from durable_host import activities, entity, faults, logs, orchestration, replay, sessions
 from durable_host import history as h
 from durable_host.config import HostConfig
 from durable_host.loader import AppIndex
-from durable_host.store.base import ActivityWork, Store
+from durable_host.store.base import ActivityWork, CorruptHistoryError, InstanceRecord, Store
 
 log = logging.getLogger("durable_host.engine")
-MAX_ACTIVITY_ATTEMPTS = 5  # dequeues before an activity is declared poison
+MAX_ACTIVITY_ATTEMPTS = 5  # default attempts before work is declared poison
 MAX_IDLE_WAIT = 30.0  # seconds; the timer loop re-checks the store at least this often
+MESSAGE_BATCH = 1000  # inbox messages taken into one episode
+MAX_RETRY_DELAY = 30.0  # seconds between attempts at an instance whose processing fails
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    return default if value is None else value.strip().lower() not in ("0", "false", "no")
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    return int(value) if value.isdigit() else default
 
 
 def utc_now() -> str:
@@ -49,52 +81,95 @@ class Engine:
         *,
         client_json: Callable[[], str] = lambda: "{}",
         clock: Callable[[], str] = utc_now,
+        fast_replay: bool | None = None,
+        poison_attempts: int | None = None,
     ):
         self.index = index
         self.store = store
         self.config = config
         self.client_json = client_json
         self.now = clock
+        # Settings a deployment rarely changes come from the environment, like the
+        # fault plan: DURABLE_HOST_FAST_REPLAY, DURABLE_HOST_SESSIONS,
+        # DURABLE_HOST_POISON_ATTEMPTS, DURABLE_HOST_HISTORY_CACHE (events).
+        self.fast_replay = (
+            _env_flag("DURABLE_HOST_FAST_REPLAY", True) if fast_replay is None else fast_replay
+        )
+        self.poison_attempts = poison_attempts or _env_int(
+            "DURABLE_HOST_POISON_ATTEMPTS", MAX_ACTIVITY_ATTEMPTS
+        )
+        self.cache = (
+            replay.HistoryCache(_env_int("DURABLE_HOST_HISTORY_CACHE", 20_000))
+            if self.fast_replay
+            else None
+        )
+        # Off by default: a session skips the replay, and with it the check that catches
+        # orchestrator code that is not deterministic (sessions.py).
+        self.sessions = self.fast_replay and _env_flag("DURABLE_HOST_SESSIONS", False)
+        self._failures: dict[str, int] = {}  # instances whose processing failed, in a row
         self._ready: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
         self._running: set[str] = set()
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
         self._activity_slots = asyncio.Semaphore(max(1, config.max_activities))
+        self._orchestrator_slots = asyncio.Semaphore(max(1, config.max_orchestrators))
+        self._entity_slots = asyncio.Semaphore(max(1, config.max_entities))
         self._workers: list[asyncio.Task[None]] = []
-        self._activities: set[asyncio.Task[None]] = set()
+        self._activities: dict[asyncio.Task[None], ActivityWork] = {}
         self._stopping = False
         self._idle = asyncio.Event()
         self.stats: dict[str, int] = {"episodes": 0, "activity_runs": 0, "activity_reruns": 0}
         # Recent durations (seconds) for /admin/host/metrics and bench/: bounded memory.
         self.timings: dict[str, deque[float]] = {
-            name: deque(maxlen=10_000) for name in ("replay", "commit", "episode", "entity_batch")
+            name: deque(maxlen=10_000)
+            for name in ("attempt", "load", "replay", "commit", "episode", "entity_batch")
         }
 
     # --- lifecycle ----------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.fast_replay != replay.install(self.fast_replay):
+            log.warning("fast timestamp parsing is off: dateutil disagrees on this machine")
         now = self.now()
         for instance_id in await self.store.ready_instances(now):
             self.notify(instance_id)
         for work in await self.store.pending_activities():
             self._spawn_activity(work)
-        workers = max(1, self.config.max_orchestrators)
+        workers = max(1, self.config.max_orchestrators) + max(1, self.config.max_entities)
         self._workers = [asyncio.create_task(self._worker()) for _ in range(workers)]
         self._workers.append(asyncio.create_task(self._timer_loop()))
+        poll = getattr(self.store, "poll", None)  # stores other processes can write to
+        if poll is not None:
+            self._workers.append(asyncio.create_task(self._poll_loop(poll)))
 
     async def stop(self, grace: float = 10.0) -> None:
-        """Stop taking work; give running activities ``grace`` seconds, then abandon them.
+        """Take no new work; let running episodes commit and activities finish, within ``grace``.
 
         An abandoned activity's work item stays in the store and runs again after restart.
         """
         self._stopping = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, grace)
+        log.info(
+            "stopping: %d episodes and %d activities running, %.1fs grace",
+            len(self._running), len(self._activities), grace,
+        )
+        while self._running and loop.time() < deadline:
+            await asyncio.sleep(0.02)  # episodes are short; a commit must not be cut off
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
         if self._activities:
-            _, pending = await asyncio.wait(self._activities, timeout=grace)
+            remaining = max(0.0, deadline - loop.time())
+            _, pending = await asyncio.wait(list(self._activities), timeout=remaining)
             for task in pending:
+                work = self._activities.get(task)
+                if work is not None:
+                    log.warning(
+                        "activity %s (task %d) abandoned at stop; it runs again after restart",
+                        work.name, work.task_id, extra={"instance_id": work.instance_id},
+                    )
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
 
@@ -117,37 +192,91 @@ class Engine:
         while True:
             instance_id = await self._ready.get()
             self._queued.discard(instance_id)
+            if self._stopping:
+                continue  # stopping: what is queued stays in the store for the next start
             self._running.add(instance_id)
+            token = logs.instance.set(instance_id)
             try:
                 await self._process(instance_id)
+                self._failures.pop(instance_id, None)
             except Exception:
-                log.exception("episode failed for instance %s; it will be retried", instance_id)
-                await asyncio.sleep(1.0)
-                self._dirty.add(instance_id)
+                self._dirty.discard(instance_id)
+                self._retry_later(instance_id)
             finally:
+                logs.instance.reset(token)
                 self._running.discard(instance_id)
                 if instance_id in self._dirty:
                     self._dirty.discard(instance_id)
                     self.notify(instance_id)
 
+    def _retry_later(self, instance_id: str) -> None:
+        """Back off exponentially: a failing instance must not spin (attempts are counted)."""
+        failures = self._failures.get(instance_id, 0) + 1
+        self._failures[instance_id] = failures
+        delay = min(MAX_RETRY_DELAY, 0.25 * 2 ** min(failures, 8))
+        log.exception("processing failed (%d in a row); retrying in %.1fs", failures, delay)
+        self._forget(instance_id)
+        asyncio.get_running_loop().call_later(delay, self.notify, instance_id)
+
     async def _process(self, instance_id: str) -> None:
         now = self.now()
-        limit = 1000
-        messages = await self.store.fetch_messages(instance_id, now, limit)
+        messages = await self.store.fetch_messages(instance_id, now, MESSAGE_BATCH)
         if not messages:
             return
-        if instance_id.startswith("@"):
-            await self._entity_batch(instance_id, messages, now)
+        for message_id, message in messages:
+            if message.get("kind") == "undecodable":
+                log.error("inbox message %d cannot be decoded: %s", message_id, message.get("error"))
+        entity_id = instance_id.startswith("@")
+        if not entity_id and await self._all_held(instance_id, messages):
+            return  # e.g. events for a suspended instance: nothing to do, nothing to count
+        counting = time.perf_counter()
+        poison = await self._count_attempt(instance_id)
+        self.timings["attempt"].append(time.perf_counter() - counting)
+        if entity_id:
+            async with self._entity_slots:
+                await self._entity_batch(instance_id, messages, now, poison)
         else:
-            await self._episode(instance_id, messages, now)
-        if len(messages) >= limit:
+            async with self._orchestrator_slots:
+                await self._episode(instance_id, messages, now, poison)
+        if len(messages) >= MESSAGE_BATCH:
             self._dirty.add(instance_id)
 
-    async def _episode(
-        self, instance_id: str, messages: list[tuple[int, dict[str, Any]]], now: str
-    ) -> None:
+    async def _all_held(self, instance_id: str, messages: list[tuple[int, dict[str, Any]]]) -> bool:
+        if any(m.get("kind") != "event" for _, m in messages):
+            return False
         record = await self.store.get_instance(instance_id)
-        history = await self.store.get_history(instance_id)
+        return orchestration.all_held(record.status if record else None, [m for _, m in messages])
+
+    async def _count_attempt(self, instance_id: str) -> str | None:
+        """Count this attempt; past the bound, the reason the instance is quarantined."""
+        begin = getattr(self.store, "begin_attempt", None)
+        if begin is None:
+            return None  # a store without attempt counts cannot detect poison work
+        attempts = await begin(instance_id)
+        if attempts <= self.poison_attempts:
+            if attempts > 1:
+                log.warning("attempt %d: the previous attempt did not finish", attempts)
+            return None
+        return (
+            f"quarantined as poison after {attempts - 1} attempts that did not finish"
+            " (the host process died, or processing failed, every time)"
+        )
+
+    async def _episode(
+        self,
+        instance_id: str,
+        messages: list[tuple[int, dict[str, Any]]],
+        now: str,
+        poison: str | None,
+    ) -> None:
+        loading = time.perf_counter()
+        record = await self.store.get_instance(instance_id)
+        try:
+            history, session = await self._history(instance_id, record)
+        except CorruptHistoryError as exc:
+            await self._quarantine_unreadable(instance_id, record, messages, str(exc), now)
+            return
+        self.timings["load"].append(time.perf_counter() - loading)
         starts = [m for _, m in messages if m["kind"] == "start"]
         name = starts[-1]["event"]["Name"] if starts else (record.name if record else "")
         info = self.index.orchestrator(name)
@@ -159,26 +288,96 @@ class Engine:
             history,
             record.name if record else name,
         )
+        continued = session.continued if session is not None else 0
         started = time.perf_counter()
         episode = await asyncio.to_thread(
-            orchestration.run_episode, handle, view, messages, now, uuid.uuid4().hex
+            orchestration.run_episode, handle, view, messages, now, uuid.uuid4().hex,
+            compact=self.fast_replay, poison=poison, session=session,
         )
         replayed = time.perf_counter()
         if not episode.consumed:
             return  # everything is held (suspended): nothing to commit
         faults.hit("episode.before_commit")
-        created = await self.store.commit_episode(instance_id, episode, now)
+        try:
+            created = await self.store.commit_episode(instance_id, episode, now)
+        except BaseException:
+            self._forget(instance_id)  # the session ran ahead of the store
+            raise
         faults.hit("episode.after_commit")
         done = time.perf_counter()
+        self._remember(instance_id, record, history, episode, now, session)
         self.timings["replay"].append(replayed - started)
         self.timings["commit"].append(done - replayed)
         self.timings["episode"].append(done - started)
         self.stats["episodes"] += 1
+        if session is not None and session.continued > continued:
+            self.stats["session_steps"] = self.stats.get("session_steps", 0) + 1
         if episode.status and episode.status != (record.status if record else None):
-            log.info("instance %s is %s", instance_id, episode.status)
+            log.info("instance is %s", episode.status)
+        if poison is not None:
+            log.error("orchestration %s", poison)
         for work in created:
             self._spawn_activity(work)
         self._dispatch(episode.outbox, now)
+
+    async def _history(
+        self, instance_id: str, record: InstanceRecord | None
+    ) -> tuple[list[dict[str, Any]], sessions.Session | None]:
+        """The stored history (from the cache when it is current) and the SDK session to use."""
+        if self.cache is not None and record is not None:
+            cached = self.cache.get(instance_id, (record.execution_id, record.updated_at))
+            if cached is not None:
+                return cached, self._session(self.cache.session(instance_id))
+        return await self.store.get_history(instance_id), self._session(None)
+
+    def _session(self, kept: sessions.Session | None) -> sessions.Session | None:
+        if not self.sessions:
+            return None
+        return kept if kept is not None else sessions.Session()
+
+    def _forget(self, instance_id: str) -> None:
+        if self.cache is not None:
+            self.cache.evict(instance_id)
+
+    def _remember(
+        self,
+        instance_id: str,
+        record: InstanceRecord | None,
+        history: list[dict[str, Any]],
+        episode: orchestration.Episode,
+        now: str,
+        session: sessions.Session | None,
+    ) -> None:
+        """Keep the history (and SDK session) of an instance woken soon; forget a waiting one."""
+        if self.cache is None:
+            return
+        status = episode.status or (record.status if record else None)
+        hot = any(item.kind == "activity" or item.visible_at is None for item in episode.outbox)
+        if status != "Running" or not hot:
+            self.cache.evict(instance_id)
+            return
+        fresh = episode.replace_history or episode.rewrite_history
+        events = episode.events if fresh else [*history, *episode.events]
+        execution_id = episode.execution_id if episode.replace_history else (
+            record.execution_id if record else None
+        )
+        self.cache.put(instance_id, (execution_id, now), events, session)
+
+    async def _quarantine_unreadable(
+        self,
+        instance_id: str,
+        record: InstanceRecord | None,
+        messages: list[tuple[int, dict[str, Any]]],
+        reason: str,
+        now: str,
+    ) -> None:
+        name = record.name if record else ""
+        consumed = [message_id for message_id, _ in messages]
+        episode = orchestration.unreadable_history_episode(name, consumed, reason, now)
+        await self.store.commit_episode(instance_id, episode, now)
+        if self.cache is not None:
+            self.cache.evict(instance_id)
+        log.error("orchestration quarantined: %s", reason)
 
     def _dispatch(self, outbox: list[orchestration.Outgoing], now: str) -> None:
         for item in outbox:
@@ -202,10 +401,28 @@ class Engine:
                 }
         summary["ready"] = len(self._queued)
         summary["running_activities"] = len(self._activities)
+        if self.cache is not None:
+            summary["history_cache"] = {
+                "instances": len(self.cache), "events": self.cache.size,
+                "hits": self.cache.hits, "misses": self.cache.misses,
+            }
+            summary["sdk_sessions"] = self.sessions
         return summary
 
+    def set_fast_replay(self, on: bool, with_sessions: bool = True) -> None:
+        """Switch the replay optimisations (``replay``, ``sessions``) on or off, for bench/."""
+        self.fast_replay = on
+        self.sessions = on and with_sessions
+        size = _env_int("DURABLE_HOST_HISTORY_CACHE", 20_000)
+        self.cache = replay.HistoryCache(size) if on else None
+        replay.install(on)
+
     async def _entity_batch(
-        self, instance_id: str, messages: list[tuple[int, dict[str, Any]]], now: str
+        self,
+        instance_id: str,
+        messages: list[tuple[int, dict[str, Any]]],
+        now: str,
+        poison: str | None,
     ) -> None:
         started = time.perf_counter()
         record = await self.store.get_instance(instance_id)
@@ -220,10 +437,13 @@ class Engine:
             record.entity_state if record else None,
             messages,
             now,
+            poison,
         )
         faults.hit("entity.before_commit")
         await self.store.commit_entity(commit)
         faults.hit("entity.after_commit")
+        if poison is not None:
+            log.error("entity batch of %d messages %s", len(messages), poison)
         self.stats["entity_batches"] = self.stats.get("entity_batches", 0) + 1
         self.stats["entity_operations"] = self.stats.get("entity_operations", 0) + len(messages)
         self.timings["entity_batch"].append(time.perf_counter() - started)
@@ -248,44 +468,73 @@ class Engine:
             except TimeoutError:
                 pass
 
+    async def _poll_loop(self, poll: Callable[[], Any]) -> None:
+        """Take up work this process was not notified of; ``poll`` paces itself (back-off)."""
+        while True:
+            instance_ids, works = await poll()
+            for instance_id in instance_ids:
+                self.notify(instance_id)
+            for work in works:
+                self._spawn_activity(work)
+
     # --- activities ---------------------------------------------------------------
 
     def _spawn_activity(self, work: ActivityWork) -> None:
         task = asyncio.create_task(self._run_activity(work))
-        self._activities.add(task)
-        task.add_done_callback(self._activities.discard)
+        self._activities[task] = work
+        task.add_done_callback(self._forget_activity)
+
+    def _forget_activity(self, task: asyncio.Task[None]) -> None:
+        self._activities.pop(task, None)
 
     async def _run_activity(self, work: ActivityWork) -> None:
+        logs.instance.set(work.instance_id)  # this task's own context
         async with self._activity_slots:
             if self._stopping:
                 return
             attempts = await self.store.mark_activity_dequeued(work.work_id)
             if attempts == 0:
                 return  # already completed by an earlier run
-            if attempts > 1:
-                self.stats["activity_reruns"] += 1
-                log.warning(
-                    "activity %s (instance %s, task %d) runs again after an interrupted run",
-                    work.name, work.instance_id, work.task_id,
-                )
-            if attempts > MAX_ACTIVITY_ATTEMPTS:
-                message = _poison_message(work, attempts, self.now())
-            else:
-                faults.hit("activity.start")
-                self.stats["activity_runs"] += 1
-                message = await activities.run(
-                    self.index,
-                    work,
-                    client_json=self.client_json,
-                    app_dir=str(self.config.app_dir),
-                    timeout=self.config.function_timeout,
-                    now=self.now,
-                )
-                faults.hit("activity.before_complete")
+            try:
+                message = await self._activity_outcome(work, attempts)
+            except asyncio.CancelledError:
+                await self._release(work)
+                raise
             if await self.store.complete_activity(
                 work.work_id, work.instance_id, message, self.now()
             ):
                 self.notify(work.instance_id)
+
+    async def _activity_outcome(self, work: ActivityWork, attempts: int) -> dict[str, Any]:
+        if attempts > 1:
+            self.stats["activity_reruns"] += 1
+            log.warning(
+                "activity %s (task %d) runs again after an interrupted run", work.name, work.task_id
+            )
+        if attempts > self.poison_attempts:
+            log.error("activity %s (task %d) quarantined as poison", work.name, work.task_id)
+            return _poison_message(work, attempts, self.now())
+        faults.hit("activity.start")
+        self.stats["activity_runs"] += 1
+        message = await activities.run(
+            self.index,
+            work,
+            client_json=self.client_json,
+            app_dir=str(self.config.app_dir),
+            timeout=self.config.function_timeout,
+            now=self.now,
+        )
+        faults.hit("activity.before_complete")
+        return message
+
+    async def _release(self, work: ActivityWork) -> None:
+        """A run abandoned at stop did not crash: it must not count towards poison."""
+        release = getattr(self.store, "release_activity", None)
+        if release is not None:
+            try:
+                await release(work.work_id)
+            except Exception:  # noqa: BLE001 - best effort while stopping
+                log.warning("could not release activity %s at stop", work.name, exc_info=True)
 
 
 def _poison_message(work: ActivityWork, attempts: int, now: str) -> dict[str, Any]:

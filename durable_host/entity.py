@@ -6,7 +6,10 @@ Every non-signal operation gets exactly one response, an ``EventRaised`` named a
 its request id, addressed to the calling orchestration's execution. An operation that
 raises keeps the state changes the SDK leaves (the SDK does not roll back), and the
 caller receives the error. The host owns nothing of the state: it passes the stored
-JSON text through untouched unless the SDK changed it.
+JSON text through untouched unless the SDK changed it. A batch given a ``poison`` reason
+(the entity's code crashed the host on every attempt) does not run: each operation fails
+with that reason and the state stays as it was. Messages that are not operations (an
+undecodable inbox row, say) are consumed and answer nobody.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ def run_batch(
     state_json: str | None,
     messages: list[tuple[int, dict[str, Any]]],
     now: str,
+    poison: str | None = None,
 ) -> EntityCommit:
     name, key = wire.split_entity_id(instance_id)
     requests = [m["request"] for _, m in messages if m.get("kind") == "op"]
@@ -43,7 +47,11 @@ def run_batch(
         )
         for r in requests
     ]
-    results, exists, state_json = _execute(handle, name, key, exists, state_json, ops)
+    if poison is not None:
+        error = json.dumps(f"Entity function '{name}' failed: {poison}")
+        results = [{"isError": True, "result": error} for _ in ops]
+    else:
+        results, exists, state_json = _execute(handle, name, key, exists, state_json, ops)
     responses = [
         (op.parent, _response(op, result, now))
         for op, result in zip(ops, results, strict=True)

@@ -61,6 +61,24 @@ SCHEDULING_TYPES = frozenset(
 )
 
 
+_NAMES = {
+    # DTFx's EventType names, as the management API shows them.
+    EventType.SUB_ORCHESTRATION_CREATED: "SubOrchestrationInstanceCreated",
+    EventType.SUB_ORCHESTRATION_COMPLETED: "SubOrchestrationInstanceCompleted",
+    EventType.SUB_ORCHESTRATION_FAILED: "SubOrchestrationInstanceFailed",
+    EventType.GENERIC: "GenericEvent",
+}
+
+
+def event_type_name(kind: int) -> str:
+    """DTFx's name of an event type (``TaskScheduled``, ``GenericEvent``, ...)."""
+    try:
+        member = EventType(kind)
+    except ValueError:
+        return str(kind)
+    return _NAMES.get(member) or "".join(p.capitalize() for p in member.name.split("_"))
+
+
 def format_time(moment: datetime) -> str:
     """ISO-8601 UTC with microseconds and ``Z``: what dateutil and ``new_uuid`` expect."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -202,3 +220,8 @@ def event_sent(event_id: int, at: str, target: str, name: str, input_json: str) 
 
 def event_raised(at: str, name: str, input_json: str | None) -> Event:
     return _event(EventType.EVENT_RAISED, at, Name=name, Input=input_json)
+
+
+def generic_event(at: str, data: str) -> Event:
+    """DTFx's GenericEvent: ignored by the SDK; the host writes it where a rewind cleared a step."""
+    return _event(EventType.GENERIC, at, Data=data)

@@ -9,6 +9,9 @@ environment), imports the app once, opens the store (default: SQLite at
 from __future__ import annotations
 
 import logging
+import os
+import re
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +37,36 @@ def open_store(spec: str | None, cfg: config_mod.HostConfig) -> Store:
         return SqliteStore(cfg.app_dir / ".durable" / f"{cfg.hub_name}.db")
     if spec.startswith("sqlite:"):
         return SqliteStore(Path(spec.removeprefix("sqlite:")))
-    raise StoreSpecError(f"unknown store {spec!r}: use sqlite or sqlite:PATH")
+    if spec == "azure":
+        return _azure_store(cfg)
+    raise StoreSpecError(f"unknown store {spec!r}: use sqlite, sqlite:PATH or azure")
+
+
+def _azure_store(cfg: config_mod.HostConfig) -> Store:
+    """Azure Storage from ``AzureWebJobsStorage`` (as Functions reads it); the hub name from
+    host.json unless ``DURABLE_HOST_HUB`` overrides it (tests use one hub per test)."""
+    from durable_host.store.azure import AzureStore  # the SQLite store needs no Azure SDK
+
+    connection = os.environ.get("AzureWebJobsStorage", "").strip()
+    if not connection:
+        raise StoreSpecError(
+            "--store azure needs the AzureWebJobsStorage setting (a connection string, or"
+            " UseDevelopmentStorage=true for Azurite) in the environment or local.settings.json"
+        )
+    hub = os.environ.get("DURABLE_HOST_HUB") or cfg.hub_name
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]{2,49}", hub):
+        raise StoreSpecError(
+            f"hub name {hub!r} must be 3-50 letters or digits, starting with a letter"
+        )
+    return AzureStore(
+        connection, hub, azurite_location=cfg.app_dir / ".durable" / "azurite", on_lost=_step_back
+    )
+
+
+def _step_back(reason: str) -> None:
+    """A host that lost the task hub stops (SIGTERM runs the normal graceful shutdown)."""
+    log.critical("durable host: %s; stopping this host", reason)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 @dataclass

@@ -4,12 +4,17 @@ Parameters are bound by binding name: the trigger's value, a durable client bind
 (the JSON the extension would pass, which the SDK's middleware turns into a
 ``DurableOrchestrationClient``), and a parameter literally named ``context`` that is not
 a binding receives a ``func.Context``. Async functions are awaited on the event loop;
-sync functions run in a worker thread so they never block it.
+sync functions run in a worker thread so they never block it. ``call(..., daemon=True)``
+runs a sync function on a daemon thread of its own instead of the shared pool: nothing
+can stop a Python thread, so a function that outlives its timeout or the host's stop is
+left to run, its result is discarded, and the process can still exit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import inspect
 import threading
 import uuid
@@ -76,10 +81,38 @@ def build_kwargs(
     return kwargs
 
 
-async def call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+async def call(fn: Callable[..., Any], kwargs: dict[str, Any], *, daemon: bool = False) -> Any:
     if inspect.iscoroutinefunction(fn):
         return await fn(**kwargs)
-    result = await asyncio.to_thread(lambda: fn(**kwargs))
+    if daemon:
+        result = await _on_daemon_thread(lambda: fn(**kwargs))
+    else:
+        result = await asyncio.to_thread(lambda: fn(**kwargs))
     if inspect.isawaitable(result):
         return await result
     return result
+
+
+async def _on_daemon_thread(fn: Callable[[], Any]) -> Any:
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()  # the caller's log context (instance id)
+
+    def settle(ok: bool, value: Any) -> None:
+        if future.done():
+            return  # abandoned (timed out or cancelled): the late outcome is dropped
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    def run() -> None:
+        try:
+            outcome = (True, context.run(fn))
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            outcome = (False, exc)
+        with contextlib.suppress(RuntimeError):  # the loop closed: the host stopped meanwhile
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=run, name="activity", daemon=True).start()
+    return await future

@@ -18,45 +18,36 @@ as the Durable extension's out-of-process shim does (protocol reference §2.5):
   and name, else the instance fails with a message naming the mismatch (the SDK does
   not check this itself).
 
+The walk over the actions is ``shim.py``; this module sorts the incoming messages (held
+while suspended, dropped when late or duplicate), runs the SDK, and turns the outcome into
+the episode: completion, failure, continue-as-new, termination, a quarantine (``poison``)
+or a rewind (``rewind.py``).
+
 Nothing here does IO or reads a clock: ``now`` and the new execution id are inputs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import uuid
-from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from durable_host import history as h
-from durable_host import wire
+from durable_host import replay, rewind, wire
 from durable_host.history import Event, EventType
+from durable_host.shim import InstanceView, NonDeterminismError, Node, Outgoing, Shim
 from durable_host.wire import ActionType
 
+if TYPE_CHECKING:
+    from durable_host.sessions import Session
+
+__all__ = ["Episode", "InstanceView", "NonDeterminismError", "Outgoing", "run_episode"]
+
 OrchestratorHandle = Callable[[str], str]
+_Shim = Shim  # its old name here: tests/replay drive the shim directly
 CUSTOM_STATUS_LIMIT = 16 * 1024  # UTF-16 code units, as the extension counts them
-_REQUEST_NAMESPACE = uuid.UUID("7b0c3c8e-9a55-4b55-9a39-3b1f0f7c1d11")
-
-
-class NonDeterminismError(Exception):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class Outgoing:
-    """A message produced by an episode, committed atomically with it.
-
-    ``kind`` is ``"activity"`` (run ``payload`` as an activity work item) or
-    ``"message"`` (deliver ``payload`` to ``target``'s inbox, not before ``visible_at``).
-    """
-
-    kind: str
-    target: str
-    payload: dict[str, Any]
-    visible_at: str | None = None
 
 
 @dataclass(slots=True)
@@ -64,6 +55,7 @@ class Episode:
     consumed: list[int] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     replace_history: bool = False  # a new execution starts (start or continue-as-new)
+    rewrite_history: bool = False  # same execution, history rewritten (rewind): events is all of it
     execution_id: str | None = None
     status: str | None = None  # None: unchanged
     output_json: str | None = None
@@ -76,294 +68,13 @@ class Episode:
     outbox: list[Outgoing] = field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
-class InstanceView:
-    """What the engine knows about an instance before the episode."""
-
-    instance_id: str
-    status: str | None  # None: never started
-    execution_id: str | None
-    history: list[Event]
-    name: str | None = None
-
-
 TERMINAL = frozenset({"Completed", "Failed", "Terminated", "Canceled"})
+_HOLDING = frozenset({"Suspended", "ContinuedAsNew", "Pending"})  # events wait in the inbox
 
 
-# --- the .NET side of the shim, simulated ----------------------------------------------
-
-
-@dataclass(eq=False)
-class _Node:
-    action: dict[str, Any]
-    children: list[_Node] = field(default_factory=list)
-    done: bool = False
-    attempt: int = 1
-
-
-class _Shim:
-    """Replays history against the action list the way DTFx + the shim would."""
-
-    def __init__(self, view: InstanceView, events: list[Event], now: str, execution_id: str):
-        self.view = view
-        self.events = events
-        self.pos = 0
-        self.counter = 0
-        self.clock = now
-        self.now = now
-        self.execution_id = execution_id
-        self.pending: dict[int, tuple[str, _Node]] = {}
-        self.waiters: dict[str, deque[_Node]] = defaultdict(deque)
-        self.buffered: dict[str, deque[Event]] = defaultdict(deque)
-        self.scheduled = {
-            e["EventId"]: e for e in events if e["EventType"] in h.SCHEDULING_TYPES
-        }
-        self.new_events: list[Event] = []
-        self.outbox: list[Outgoing] = []
-
-    # -- walking actions --
-    def walk(self, actions: list[dict[str, Any]]) -> bool:
-        """Release actions in order; True if every action resolved."""
-        for action in actions:
-            node = self._start(action)
-            if not self._await(node):
-                return False
-        return True
-
-    def _await(self, node: _Node) -> bool:
-        while not _resolved(node):
-            if self.pos >= len(self.events):
-                return False
-            self._apply(self.events[self.pos])
-            self.pos += 1
-        return True
-
-    def _start(self, action: dict[str, Any]) -> _Node:
-        node = _Node(action)
-        kind = ActionType(action["actionType"])
-        if kind in (ActionType.WHEN_ALL, ActionType.WHEN_ANY):
-            node.children = [self._start(child) for child in action.get("compoundActions", [])]
-        elif kind in (ActionType.CALL_ACTIVITY, ActionType.CALL_ACTIVITY_WITH_RETRY):
-            self._schedule_activity(node, self._next_id())
-        elif kind in (ActionType.CALL_SUB_ORCHESTRATOR, ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY):
-            self._schedule_child(node, self._next_id())
-        elif kind == ActionType.CREATE_TIMER:
-            self._schedule_timer(node, self._next_id())
-        elif kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
-            self._wait(node, action["externalEventName"])
-        elif kind in (ActionType.CALL_ENTITY, ActionType.SIGNAL_ENTITY):
-            self._send_entity(node, self._next_id(), signal=kind == ActionType.SIGNAL_ENTITY)
-        elif kind == ActionType.CALL_HTTP:
-            self._schedule_http(node, self._next_id())
-        else:  # continue-as-new (and anything fire-and-forget) resolves at once
-            node.done = True
-        return node
-
-    def _next_id(self) -> int:
-        value = self.counter
-        self.counter += 1
-        return value
-
-    def _recorded(self, event_id: int, kind: EventType, name: str | None) -> bool:
-        """True if history already holds this scheduling event; raise on a mismatch."""
-        event = self.scheduled.get(event_id)
-        if event is None:
-            return False
-        recorded_name = event.get("Name")
-        if event["EventType"] != kind or (
-            name is not None and str(recorded_name).lower() != name.lower()
-        ):
-            raise NonDeterminismError(
-                f"Non-Deterministic workflow detected: history has {EventType(event['EventType']).name}"
-                f" '{recorded_name}' with sequence id {event_id}, but the replay scheduled"
-                f" {kind.name} '{name}'. Was the orchestrator code changed while this instance"
-                " was running?"
-            )
-        return True
-
-    def _schedule_activity(self, node: _Node, event_id: int) -> None:
-        name, input_json = node.action["functionName"], node.action.get("input")
-        self.pending[event_id] = ("task", node)
-        if self._recorded(event_id, EventType.TASK_SCHEDULED, name):
-            return
-        self.new_events.append(h.task_scheduled(event_id, self.now, name, input_json))
-        payload = {
-            "instance_id": self.view.instance_id,
-            "execution_id": self.execution_id,
-            "task_id": event_id,
-            "name": name,
-            "input_json": input_json,
-        }
-        self.outbox.append(Outgoing("activity", self.view.instance_id, payload))
-
-    def _schedule_http(self, node: _Node, event_id: int) -> None:
-        request = node.action["httpRequest"]
-        self.pending[event_id] = ("task", node)
-        if self._recorded(event_id, EventType.TASK_SCHEDULED, "BuiltIn::HttpActivity"):
-            return
-        self.new_events.append(
-            h.task_scheduled(event_id, self.now, "BuiltIn::HttpActivity", json.dumps(request))
-        )
-        payload = {
-            "instance_id": self.view.instance_id,
-            "execution_id": self.execution_id,
-            "task_id": event_id,
-            "name": "BuiltIn::HttpActivity",
-            "input_json": json.dumps(request),
-        }
-        self.outbox.append(Outgoing("activity", self.view.instance_id, payload))
-
-    def _schedule_child(self, node: _Node, event_id: int) -> None:
-        action = node.action
-        name = action["functionName"]
-        child_id = action.get("instanceId") or f"{self.execution_id}:{event_id}"
-        self.pending[event_id] = ("task", node)
-        if self._recorded(event_id, EventType.SUB_ORCHESTRATION_CREATED, name):
-            return
-        input_json = json.dumps(action.get("input"))
-        version = action.get("version")
-        self.new_events.append(
-            h.sub_orchestration_created(event_id, self.now, name, child_id, input_json, version)
-        )
-        start = h.execution_started(
-            at=self.now,
-            name=name,
-            instance_id=child_id,
-            execution_id="",
-            input_json=input_json,
-            version=version,
-            parent={
-                "Name": self.view.name,
-                "Version": "",
-                "TaskScheduleId": event_id,
-                "OrchestrationInstance": {
-                    "InstanceId": self.view.instance_id,
-                    "ExecutionId": self.execution_id,
-                },
-            },
-        )
-        self.outbox.append(Outgoing("message", child_id, {"kind": "start", "event": start}))
-
-    def _schedule_timer(self, node: _Node, event_id: int) -> None:
-        fire_at = node.action["fireAt"]
-        canceled = bool(node.action.get("isCanceled"))
-        if not self._recorded(event_id, EventType.TIMER_CREATED, None):
-            self.new_events.append(h.timer_created(event_id, self.now, fire_at))
-            if not canceled:
-                self._fire_later(event_id, fire_at)
-        if canceled:
-            node.done = True  # a cancelled timer must not keep the instance alive
-        else:
-            self.pending[event_id] = ("timer", node)
-
-    def _fire_later(self, timer_id: int, fire_at: str) -> None:
-        event = h.timer_fired(timer_id, fire_at, fire_at)
-        payload = {"kind": "event", "event": event, "execution_id": self.execution_id}
-        self.outbox.append(Outgoing("message", self.view.instance_id, payload, visible_at=fire_at))
-
-    def _wait(self, node: _Node, name: str) -> None:
-        if self.buffered[name]:
-            self.buffered[name].popleft()
-            node.done = True
-        else:
-            self.waiters[name].append(node)
-
-    def _send_entity(self, node: _Node, event_id: int, *, signal: bool) -> None:
-        action = node.action
-        target, operation = action["instanceId"], action["operation"]
-        recorded = self.scheduled.get(event_id)
-        if self._recorded(event_id, EventType.EVENT_SENT, operation):
-            assert recorded is not None
-            request_id = json.loads(recorded["Input"])["id"]
-        else:
-            request_id = str(
-                uuid.uuid5(_REQUEST_NAMESPACE, f"{self.view.instance_id}|{self.execution_id}|{event_id}")
-            )
-            request = {
-                "op": operation,
-                "id": request_id,
-                "input": action.get("input"),
-                "parent": None if signal else self.view.instance_id,
-                "parentExecution": None if signal else self.execution_id,
-                "Timestamp": self.now,
-            }
-            if signal:
-                request["signal"] = True
-            request = {k: v for k, v in request.items() if v is not None}
-            self.new_events.append(
-                h.event_sent(event_id, self.now, target, operation, json.dumps(request))
-            )
-            self.outbox.append(Outgoing("message", target, {"kind": "op", "request": request}))
-        if signal:
-            node.done = True
-        else:
-            self._wait(node, request_id)
-
-    # -- applying history --
-    def _apply(self, event: Event) -> None:
-        kind = event["EventType"]
-        if kind == EventType.ORCHESTRATOR_STARTED:
-            self.clock = event["Timestamp"]
-        elif kind in (EventType.TASK_COMPLETED, EventType.SUB_ORCHESTRATION_COMPLETED):
-            entry = self.pending.pop(event["TaskScheduledId"], None)
-            if entry:
-                entry[1].done = True
-        elif kind in (EventType.TASK_FAILED, EventType.SUB_ORCHESTRATION_FAILED):
-            entry = self.pending.pop(event["TaskScheduledId"], None)
-            if entry:
-                self._attempt_failed(entry[1])
-        elif kind == EventType.TIMER_FIRED:
-            entry = self.pending.pop(event["TimerId"], None)
-            if entry and entry[0] == "retry":
-                self._retry_timer_fired(entry[1])
-            elif entry:
-                entry[1].done = True
-        elif kind == EventType.EVENT_RAISED:
-            name = event.get("Name") or ""
-            if self.waiters[name]:
-                self.waiters[name].popleft().done = True
-            else:
-                self.buffered[name].append(event)
-
-    def _attempt_failed(self, node: _Node) -> None:
-        options = node.action.get("retryOptions")
-        if options is None:
-            node.done = True
-            return
-        # DTFx's RetryInterceptor waits after every failure, the last one included.
-        timer_id = self._next_id()
-        interval = timedelta(milliseconds=int(options["firstRetryIntervalInMilliseconds"]))
-        fire_at = h.format_time(h.parse_time(self.clock) + interval)
-        self.pending[timer_id] = ("retry", node)
-        if not self._recorded(timer_id, EventType.TIMER_CREATED, None):
-            self.new_events.append(h.timer_created(timer_id, self.now, fire_at))
-            self._fire_later(timer_id, fire_at)
-
-    def _retry_timer_fired(self, node: _Node) -> None:
-        if node.attempt >= int(node.action["retryOptions"]["maxNumberOfAttempts"]):
-            node.done = True
-            return
-        node.attempt += 1
-        if node.action["actionType"] == ActionType.CALL_ACTIVITY_WITH_RETRY:
-            self._schedule_activity(node, self._next_id())
-        else:
-            self._schedule_child(node, self._next_id())
-
-    def unconsumed_events(self) -> list[Event]:
-        """Raised events nobody waited for: carried over by continue-as-new."""
-        while self.pos < len(self.events):
-            self._apply(self.events[self.pos])
-            self.pos += 1
-        return [e for queue in self.buffered.values() for e in queue]
-
-
-def _resolved(node: _Node) -> bool:
-    kind = node.action["actionType"]
-    if kind == ActionType.WHEN_ALL:
-        return all(_resolved(c) for c in node.children)
-    if kind == ActionType.WHEN_ANY:
-        return not node.children or any(_resolved(c) for c in node.children)
-    return node.done
+def all_held(status: str | None, messages: list[dict[str, Any]]) -> bool:
+    """True if an episode would only leave these messages waiting (nothing to decide)."""
+    return status in _HOLDING and all(m.get("kind") == "event" for m in messages)
 
 
 # --- the episode ------------------------------------------------------------------------
@@ -375,8 +86,19 @@ def run_episode(
     messages: list[tuple[int, dict[str, Any]]],
     now: str,
     new_execution_id: str,
+    *,
+    compact: bool = False,
+    poison: str | None = None,
+    session: Session | None = None,
 ) -> Episode:
-    """Decide one episode. ``handle`` None means the orchestrator is not defined."""
+    """Decide one episode. ``handle`` None means the orchestrator is not defined.
+
+    ``compact`` hands the SDK only the events it reads (``replay.sdk_history``: the same
+    decisions for less work); ``session`` continues the SDK's live orchestration from the
+    last episode instead of replaying it (``sessions.py``; it falls back to a replay by
+    itself). ``poison`` quarantines the instance: its messages are taken as usual, then it
+    fails with that reason and its code does not run.
+    """
     episode = Episode()
     state = _MessageState(view, now, new_execution_id)
     for message_id, message in messages:
@@ -384,15 +106,57 @@ def run_episode(
     episode.consumed = sorted(state.consumed)
     if state.terminated is not None:
         return _terminate(episode, state, now)
+    poison = poison or state.poison
+    if state.rewind is not None and poison is None:
+        _rewind(handle, episode, state, now)
     if state.suspend_changed:
         episode.status = state.status
-    if not state.new_events or state.status not in ("Running",):
+    if poison is not None and state.status in ("Running", "Suspended"):
+        result = _quarantine(episode, state, poison, now)
+    elif not state.new_events or state.status not in ("Running",):
         _copy_start(episode, state)
         episode.events = (
             [h.orchestrator_started(now), *state.new_events] if state.new_events else []
         )
-        return episode
-    return _invoke(handle, episode, state, now)
+        result = episode
+    else:
+        result = _invoke(handle, episode, state, now, compact, session)
+    if session is not None and result.status not in (None, "Running"):
+        session.reset()  # finished, failed or continued as new: nothing to continue
+    if state.rewritten:
+        result.rewrite_history = True
+        result.events = [*state.history, *result.events]
+    return result
+
+
+class _Seen:
+    """The completions and scheduling ids a history holds, for O(1) duplicate checks."""
+
+    def __init__(self, events: list[Event]):
+        self.completed: set[tuple[int, Any]] = set()
+        self.scheduled: set[Any] = set()
+        for event in events:
+            self.add(event)
+
+    def add(self, event: Event) -> None:
+        kind = event["EventType"]
+        if kind in h.COMPLETION_TYPES:
+            self.completed.add((kind, event["TaskScheduledId"]))
+        elif kind == EventType.TIMER_FIRED:
+            self.completed.add((kind, event["TimerId"]))
+        elif kind in h.SCHEDULING_TYPES:
+            self.scheduled.add(event["EventId"])
+
+    def is_duplicate(self, event: Event) -> bool:
+        """Exactly one completion per scheduled task: later copies (and strays) are dropped."""
+        kind = event["EventType"]
+        if kind in h.COMPLETION_TYPES:
+            key = event["TaskScheduledId"]
+        elif kind == EventType.TIMER_FIRED:
+            key = event["TimerId"]
+        else:
+            return False
+        return (kind, key) in self.completed or key not in self.scheduled
 
 
 class _MessageState:
@@ -411,10 +175,14 @@ class _MessageState:
         self.terminated: str | None = None
         self.suspend_changed = False
         self.new_execution_id = new_execution_id
+        self.poison: str | None = None
+        self.rewind: dict[str, Any] | None = None
+        self.rewritten = False
+        self._seen: _Seen | None = None
 
     def accept(self, message_id: int, message: dict[str, Any]) -> None:
         """Apply one message: consume it, drop it (also consumed) or hold it in the inbox."""
-        kind = message["kind"]
+        kind = message.get("kind")
         if kind == "event" and self._holds(message):
             self.held.append((message_id, message))
             return
@@ -423,6 +191,13 @@ class _MessageState:
             return
         if kind == "start":
             self._start(message)
+        elif kind == "rewind":
+            self._rewind_request(message)
+        elif kind == "undecodable":
+            self.poison = self.poison or (
+                f"poison message quarantined: inbox message {message_id} could not be decoded"
+                f" ({message.get('error')})"
+            )
         elif self.status in TERMINAL or self.status is None:
             return  # late messages for a finished (or unknown) instance are dropped
         elif kind == "terminate":
@@ -439,7 +214,7 @@ class _MessageState:
 
     def _holds(self, message: dict[str, Any]) -> bool:
         """Events wait in the inbox while suspended or between executions."""
-        return self.terminated is None and self.status in ("Suspended", "ContinuedAsNew", "Pending")
+        return self.terminated is None and self.status in _HOLDING
 
     def _release_held(self) -> None:
         held, self.held = self.held, []
@@ -459,29 +234,44 @@ class _MessageState:
         self.status = "Running"
         self.execution_id = self.new_execution_id
         self.history = []
+        self.rewind, self.rewritten, self._seen = None, False, None
         self.new_events = [event]
         self._release_held()
+
+    def _rewind_request(self, message: dict[str, Any]) -> None:
+        # The API leaves a rewound instance Pending; its history still ends in the failure.
+        pending_rewind = self.status == "Pending" and _ended_failed(self.history)
+        if self.status == "Failed" or pending_rewind:
+            # Running from here on, so later messages of this batch are taken; the history
+            # itself is rewritten once all messages are in (it needs the orchestrator).
+            self.rewind, self.status = message, "Running"
+            reason = message.get("reason") or ""
+            self.new_events.append(h.generic_event(self.now, f"Rewind: {reason}"))
+        elif message.get("start") is not None and self.status not in ("Running", "Suspended"):
+            # A parent is rewound and this child did not fail (e.g. it was terminated):
+            # the child runs again from its start instead.
+            self._start({"kind": "start", "event": message["start"]})
+
+    def forget_seen(self) -> None:
+        """The history was replaced: duplicate checks must look at the new one."""
+        self._seen = None
 
     def _event(self, message: dict[str, Any]) -> None:
         target_execution = message.get("execution_id")
         if target_execution and target_execution != self.execution_id:
             return  # a completion for an older execution
         event = message["event"]
-        if not _is_duplicate(event, self.history + self.new_events):
+        if self._seen is None:
+            self._seen = _Seen(self.history + self.new_events)
+        if not self._seen.is_duplicate(event):
             self.new_events.append(event)
+            self._seen.add(event)
 
 
-def _is_duplicate(event: Event, seen: list[Event]) -> bool:
-    """Exactly one completion per scheduled task: later copies are dropped."""
-    kind = event["EventType"]
-    if kind in h.COMPLETION_TYPES:
-        key, field_name = event["TaskScheduledId"], "TaskScheduledId"
-    elif kind == EventType.TIMER_FIRED:
-        key, field_name = event["TimerId"], "TimerId"
-    else:
-        return False
-    return any(e["EventType"] == kind and e.get(field_name) == key for e in seen) or not any(
-        e["EventType"] in h.SCHEDULING_TYPES and e["EventId"] == key for e in seen
+def _ended_failed(history: list[Event]) -> bool:
+    return any(
+        e["EventType"] == EventType.EXECUTION_COMPLETED and e.get("OrchestrationStatus") == "Failed"
+        for e in history
     )
 
 
@@ -519,8 +309,41 @@ def _execution_started(events: list[Event]) -> Event | None:
     return next((e for e in events if e["EventType"] == EventType.EXECUTION_STARTED), None)
 
 
+def _quarantine(episode: Episode, state: _MessageState, poison: str, now: str) -> Episode:
+    _copy_start(episode, state)
+    started = _execution_started(state.history + state.new_events)
+    assert started is not None, "a running instance always has ExecutionStarted"
+    prefix = [h.orchestrator_started(now), *state.new_events]
+    return _finish_failed(episode, prefix, started, poison, now)
+
+
+def unreadable_history_episode(name: str, consumed: list[int], reason: str, now: str) -> Episode:
+    """Fail an instance whose stored history cannot be decoded (it cannot be replayed).
+
+    Its parent, if any, is not told: the parent's address is in the unreadable history.
+    """
+    message = f"Orchestrator function '{name}' failed: quarantined: {reason}"
+    output = json.dumps(message)
+    events = [
+        h.orchestrator_started(now),
+        h.execution_completed(now, "Failed", output),
+        h.orchestrator_completed(now),
+    ]
+    return Episode(consumed=sorted(consumed), events=events, status="Failed", output_json=output)
+
+
+def missing_orchestrator_message(name: str) -> str:
+    """The extension's text for an orchestrator it does not know (or that is disabled)."""
+    return f"The function '{name}' doesn't exist, is disabled, or is not an orchestrator function."
+
+
 def _invoke(
-    handle: OrchestratorHandle | None, episode: Episode, state: _MessageState, now: str
+    handle: OrchestratorHandle | None,
+    episode: Episode,
+    state: _MessageState,
+    now: str,
+    compact: bool,
+    session: Session | None,
 ) -> Episode:
     _copy_start(episode, state)
     events = [*state.history, h.orchestrator_started(now), *state.new_events]
@@ -529,22 +352,12 @@ def _invoke(
     name = started["Name"]
     prefix = [h.orchestrator_started(now), *state.new_events]
     if handle is None:
-        return _finish_failed(episode, prefix, started, f"The function '{name}' doesn't exist.", now)
-    parent = started.get("ParentInstance") or {}
-    request = wire.encode_orchestration_request(
-        state.view.instance_id,
-        events,
-        started.get("Input"),
-        (parent.get("OrchestrationInstance") or {}).get("InstanceId"),
-    )
-    try:
-        decided = wire.decode_orchestrator_state(handle(request))
-    except Exception as exc:  # noqa: BLE001 - user-code failure is data
-        decided = wire.decode_orchestrator_exception(str(exc))
+        return _finish_failed(episode, prefix, started, missing_orchestrator_message(name), now)
+    decided = _decide(handle, state.view.instance_id, events, started, compact, session)
     if decided.raw_failure is not None:
         return _finish_failed(episode, prefix, started, decided.raw_failure, now)
     view = InstanceView(state.view.instance_id, "Running", state.execution_id, events, name)
-    shim = _Shim(view, events, now, state.execution_id or "")
+    shim = Shim(view, events, now, state.execution_id or "")
     try:
         resolved = shim.walk(decided.actions)
     except NonDeterminismError as exc:
@@ -556,7 +369,7 @@ def _invoke(
             return _finish_failed(episode, prefix, started, message, now)
         episode.custom_status_json, episode.custom_status_changed = text, True
     episode.events = [*prefix, *shim.new_events]
-    episode.outbox = list(shim.outbox)
+    episode.outbox = [*episode.outbox, *shim.outbox]
     episode.status = "Running"
     if resolved and decided.error is not None:
         return _finish_failed(episode, episode.events, started, decided.error, now)
@@ -566,8 +379,33 @@ def _invoke(
     return episode
 
 
+def _decide(
+    handle: OrchestratorHandle,
+    instance_id: str,
+    events: list[Event],
+    started: Event,
+    compact: bool,
+    session: Session | None = None,
+) -> wire.OrchestratorState:
+    """Run the SDK over ``events`` (or continue its ``session``): its decisions, or its failure."""
+    parent = started.get("ParentInstance") or {}
+    request = wire.orchestration_request(
+        instance_id,
+        replay.sdk_history(events) if compact else events,
+        started.get("Input"),
+        (parent.get("OrchestrationInstance") or {}).get("InstanceId"),
+    )
+    execution_id = (started.get("OrchestrationInstance") or {}).get("ExecutionId") or ""
+    try:
+        if session is not None:
+            return wire.decode_orchestrator_state(session.answer(handle, execution_id, request))
+        return wire.decode_orchestrator_state(handle(json.dumps(request)))
+    except Exception as exc:  # noqa: BLE001 - user-code failure is data
+        return wire.decode_orchestrator_exception(str(exc))
+
+
 def _complete(
-    episode: Episode, decided: wire.OrchestratorState, started: Event, shim: _Shim, now: str
+    episode: Episode, decided: wire.OrchestratorState, started: Event, shim: Shim, now: str
 ) -> None:
     restart = next(
         (a for a in decided.actions if a["actionType"] == ActionType.CONTINUE_AS_NEW), None
@@ -616,3 +454,35 @@ def _notify_parent(
         event = h.sub_orchestration_completed(task_id, now, text)
     payload = {"kind": "event", "event": event, "execution_id": instance.get("ExecutionId")}
     episode.outbox.append(Outgoing("message", instance["InstanceId"], payload))
+
+
+# --- rewind (the plan and the rewrite are in rewind.py) ------------------------------------
+
+
+def _rewind(
+    handle: OrchestratorHandle | None, episode: Episode, state: _MessageState, now: str
+) -> None:
+    view, execution_id = state.view, state.execution_id or ""
+    nodes = _replayed_nodes(handle, view, state.history, execution_id)
+    rerun, in_place = rewind.plan(state.history, nodes)
+    reason = (state.rewind or {}).get("reason") or ""
+    history, outbox = rewind.rewrite(state.history, rerun, in_place, view, execution_id, reason)
+    state.history, state.rewritten = history, True
+    state.forget_seen()
+    episode.outbox.extend(outbox)
+    episode.output_json = None
+
+
+def _replayed_nodes(
+    handle: OrchestratorHandle | None, view: InstanceView, history: list[Event], execution_id: str
+) -> list[Node]:
+    """The actions of the failed execution as the shim resolved them (which ids each took)."""
+    started = _execution_started(history)
+    if handle is None or started is None or not history:
+        return []
+    decided = _decide(handle, view.instance_id, history, started, compact=False)
+    replayed = InstanceView(view.instance_id, "Running", execution_id, history, view.name)
+    shim = Shim(replayed, history, history[-1]["Timestamp"], execution_id)
+    with contextlib.suppress(NonDeterminismError):  # changed code: failure events decide
+        shim.walk(decided.actions)
+    return shim.nodes

@@ -63,22 +63,30 @@ def encode_orchestration_request(
     input_json: str | None,
     parent_instance_id: str | None,
 ) -> str:
+    return json.dumps(orchestration_request(instance_id, history, input_json, parent_instance_id))
+
+
+def orchestration_request(
+    instance_id: str,
+    history: list[dict[str, Any]],
+    input_json: str | None,
+    parent_instance_id: str | None,
+) -> dict[str, Any]:
+    """The orchestrator context the extension sends (protocol §1.2), before encoding."""
     # The extension parses ExecutionStarted.Input before sending it as "input".
     parsed = json.loads(input_json) if input_json is not None else None
-    return json.dumps(
-        {
-            "history": history,
-            "input": parsed,
-            "instanceId": instance_id,
-            "isReplaying": False,
-            "parentInstanceId": parent_instance_id,
-            "upperSchemaVersion": 1,
-            "upperSchemaVersionNew": 2,
-            "longRunningTimerIntervalDuration": LONG_TIMER_INTERVAL,
-            "maximumShortTimerDuration": MAX_SHORT_TIMER,
-            "defaultHttpAsyncRequestSleepTimeMillseconds": 30000,
-        }
-    )
+    return {
+        "history": history,
+        "input": parsed,
+        "instanceId": instance_id,
+        "isReplaying": False,
+        "parentInstanceId": parent_instance_id,
+        "upperSchemaVersion": 1,
+        "upperSchemaVersionNew": 2,
+        "longRunningTimerIntervalDuration": LONG_TIMER_INTERVAL,
+        "maximumShortTimerDuration": MAX_SHORT_TIMER,
+        "defaultHttpAsyncRequestSleepTimeMillseconds": 30000,
+    }
 
 
 def decode_orchestrator_state(raw: str) -> OrchestratorState:

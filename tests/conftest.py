@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,12 +18,56 @@ def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture(scope="session")
+def azurite_connection(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One in-memory Azurite on free ports for the whole session, started on first use.
+
+    Tests that need it are skipped only when ``DURABLE_TEST_STORES`` leaves azure out.
+    """
+    if "azure" not in store_specs():
+        pytest.skip("DURABLE_TEST_STORES does not include azure")
+    from durable_host import azurite
+
+    log = tmp_path_factory.mktemp("azurite") / "azurite.log"
+    emulator = azurite.start(None, azurite.free_ports(3), in_memory=True, log=log)
+    yield emulator.connection_string
+    emulator.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _azure_storage_for_hosts(request: pytest.FixtureRequest) -> Iterator[None]:
+    """With azure among the stores under test, export the session Azurite's connection
+    string as ``AzureWebJobsStorage``, the setting host processes read (as Functions does)."""
+    if "azure" not in store_specs():
+        yield
+        return
+    previous = os.environ.get("AzureWebJobsStorage")
+    os.environ["AzureWebJobsStorage"] = request.getfixturevalue("azurite_connection")
+    yield
+    if previous is None:
+        os.environ.pop("AzureWebJobsStorage", None)
+    else:
+        os.environ["AzureWebJobsStorage"] = previous
+
+
+def azure_env(request: pytest.FixtureRequest, name: str) -> dict[str, str]:
+    """Settings for a host on the session's Azurite, with a hub of its own per test and name."""
+    connection = request.getfixturevalue("azurite_connection")
+    hub = "T" + re.sub(r"[^A-Za-z0-9]", "", f"{uuid.uuid4().hex[:10]}{name}")[:40]
+    return {"AzureWebJobsStorage": connection, "DURABLE_HOST_HUB": hub}
+
+
 @pytest.fixture
-def make_host(tmp_path: Path, store_kind: str) -> Iterator:
+def make_host(tmp_path: Path, store_kind: str, request: pytest.FixtureRequest) -> Iterator:
     hosts: list[HostProcess] = []
+    hubs: dict[str, dict[str, str]] = {}
 
     def factory(app: str = "basic", name: str = "hub", env: dict[str, str] | None = None) -> HostProcess:
-        host = HostProcess(APPS / app, store_spec_for(store_kind, tmp_path, name), env=env or {})
+        env = dict(env or {})
+        if store_kind == "azure":
+            hub_env = hubs.setdefault(name, azure_env(request, name))
+            env = {**hub_env, **env}
+        host = HostProcess(APPS / app, store_spec_for(store_kind, tmp_path, name), env=env)
         hosts.append(host)
         return host
 

@@ -86,11 +86,11 @@ class FunctionRoutes:
             match = route.pattern.match(path)
             if match is None:
                 continue
+            if route.info.disabled:
+                continue  # a disabled function does not exist, as on the Functions host
             allowed = True
             if route.methods is not None and request.method not in route.methods:
                 continue
-            if route.info.disabled:
-                break
             params = {k: v for k, v in match.groupdict().items() if v is not None}
             return await self._invoke(route.info, request, params)
         status = 405 if allowed else 404

@@ -3,7 +3,10 @@
 The same handler serves ``/runtime/webhooks/durabletask/...`` (what users and tools
 call) and ``/durabletask/...`` (the ``rpcBaseUrl`` the SDK's client calls). Status codes,
 headers and error bodies follow the extension's ``HttpApiHandler``; every body is empty
-or JSON, because the SDK parses every response as JSON.
+or JSON, because the SDK parses every response as JSON. Where the extension silently
+ignores a malformed query value (``top=abc``, an unknown ``runtimeStatus``, a date it
+cannot parse) this host answers 400 naming it instead; bodies over 16 MiB are refused
+with 413 before they are read.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import asyncio
 import dataclasses
 import json
 import time
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 from aiohttp import web
 
+from durable_host import history as h
 from durable_host import wire
 from durable_host.client import TERMINAL, ClientError, DurableClient, parse_json_text
 from durable_host.store.base import Query
@@ -24,6 +29,10 @@ from durable_host.store.base import Query
 WEBHOOK_BASE = "/runtime/webhooks/durabletask"
 RPC_BASE = "/durabletask"
 MAX_BODY = 16 * 1024 * 1024
+RUNTIME_STATUSES = (
+    "Running", "Completed", "ContinuedAsNew", "Failed",
+    "Canceled", "Terminated", "Pending", "Suspended",
+)
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -60,8 +69,28 @@ def management_urls(base: str, hub: str, instance_id: str) -> dict[str, str]:
 
 
 def _flag(request: web.Request, name: str, default: bool) -> bool:
+    """A boolean query value as .NET's ``bool.TryParse`` reads it (``True``/``false``...)."""
     value = request.query.get(name)
-    return default if value is None else value.strip().lower() == "true"
+    if value is None or value.strip() == "":
+        return default
+    text = value.strip().lower()
+    if text not in ("true", "false"):
+        raise ClientError(400, f"The query parameter {name}={value!r} must be true or false.")
+    return text == "true"
+
+
+async def read_body(request: web.Request, what: str) -> bytes:
+    """The request body, refused with 413 over ``MAX_BODY`` (before reading, when it says)."""
+    too_big = ClientError(413, f"The {what} exceeds the limit of {MAX_BODY} bytes.")
+    if request.content_length is not None and request.content_length > MAX_BODY:
+        raise too_big
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise too_big from exc
+    if len(body) > MAX_BODY:
+        raise too_big
+    return body
 
 
 class ManagementApi:
@@ -100,16 +129,19 @@ class ManagementApi:
     # --- orchestrations ---
 
     async def _start(self, request: web.Request, name: str, instance_id: str | None) -> web.Response:
-        body = await request.read()
-        if len(body) > MAX_BODY:
-            raise ClientError(400, f"The request body exceeds {MAX_BODY} bytes.")
+        body = await read_body(request, "request body")
         input_json = parse_json_text(body)
         version = request.query.get("version")
+        waiting = _wait_options(request)
         new_id = await self.client.start(name, instance_id, input_json, version)
-        timeout = request.query.get("timeout")
-        if timeout is not None:
-            return await self._wait(request, new_id, timeout, request.query.get("pollingInterval"))
-        return self.check_status_response(request, new_id)
+        return await self._answer(request, new_id, waiting)
+
+    async def _answer(
+        self, request: web.Request, instance_id: str, waiting: tuple[float, float] | None
+    ) -> web.Response:
+        if waiting is None:
+            return self.check_status_response(request, instance_id)
+        return await self._wait(request, instance_id, *waiting)
 
     def check_status_response(self, request: web.Request, instance_id: str) -> web.Response:
         urls = management_urls(origin(request), self.hub, instance_id)
@@ -117,12 +149,11 @@ class ManagementApi:
         headers = {"Location": urls["statusQueryGetUri"], "Retry-After": "10"}
         return json_response(payload, 202, headers)
 
-    async def _wait(self, request: web.Request, instance_id: str, timeout: str, interval: str | None) -> web.Response:
-        try:
-            deadline = time.monotonic() + float(timeout)
-            step = max(0.05, float(interval or 1))
-        except ValueError as exc:
-            raise ClientError(400, "timeout and pollingInterval must be numbers of seconds") from exc
+    async def _wait(
+        self, request: web.Request, instance_id: str, timeout: float, interval: float
+    ) -> web.Response:
+        deadline = time.monotonic() + timeout
+        step = max(0.05, interval)
         while time.monotonic() < deadline:
             status = await self.client.status(instance_id)
             if status and status["runtimeStatus"] == "Completed":
@@ -151,7 +182,7 @@ class ManagementApi:
 
     async def _query(self, request: web.Request) -> web.Response:
         query = parse_query(request)
-        statuses, token = await self.client.query(query)
+        statuses, token = await self.client.query(query, _flag(request, "showInput", True))
         headers = {"x-ms-continuation-token": token} if token else None
         return json_response(statuses, 200, headers)
 
@@ -162,8 +193,8 @@ class ManagementApi:
         return json_response({"instancesDeleted": count})
 
     async def _purge_many(self, request: web.Request) -> web.Response:
-        if "createdTimeFrom" not in request.query:
-            raise ClientError(400, "createdTimeFrom is required to purge instances by filter.")
+        if not request.query.get("createdTimeFrom"):
+            raise ClientError(400, "Please provide value for 'createdTimeFrom' parameter.", plain=True)
         query = parse_query(request)
         count = await self.client.store.purge_many(query)
         if count == 0:
@@ -171,24 +202,39 @@ class ManagementApi:
         return json_response({"instancesDeleted": count})
 
     async def _instance_action(self, request: web.Request, instance_id: str, rest: list[str]) -> web.Response:
-        action = rest[0]
+        action = rest[0].lower()  # the extension matches operations case-insensitively
         reason = request.query.get("reason")
-        if action == "raiseEvent" and len(rest) == 2:
-            body = await request.read()
-            if len(body) > MAX_BODY:
-                raise ClientError(400, f"The event payload exceeds {MAX_BODY} bytes.")
-            input_json = parse_json_text(body, "event payload")
-            await self.client.raise_event(instance_id, rest[1], input_json)
-            return web.Response(status=202)
+        if action == "raiseevent" and len(rest) == 2:
+            return await self._raise_event(request, instance_id, rest[1])
+        if action == "restart" and len(rest) == 1:
+            return await self._restart(request, instance_id)
         handlers = {
             "terminate": self.client.terminate,
             "suspend": self.client.suspend,
             "resume": self.client.resume,
+            "rewind": self.client.rewind,
         }
         if action in handlers and len(rest) == 1:
             await handlers[action](instance_id, reason)
             return web.Response(status=202)
-        return json_response({"Message": f"Unknown instance action '{action}'"}, 404)
+        return json_response({"Message": f"Unknown instance action '{rest[0]}'"}, 404)
+
+    async def _raise_event(self, request: web.Request, instance_id: str, name: str) -> web.Response:
+        # The extension checks the instance first (404/410), then the payload (400).
+        await self.client.require_running(instance_id)
+        if request.content_type.lower() != "application/json":
+            text = "Only application/json request content is supported"
+            raise ClientError(400, text, message_only=True)
+        body = await read_body(request, "event payload")
+        input_json = parse_json_text(body, "event payload")
+        await self.client.raise_event(instance_id, name, input_json)
+        return web.Response(status=202)
+
+    async def _restart(self, request: web.Request, instance_id: str) -> web.Response:
+        waiting = _wait_options(request)
+        new_id_wanted = _flag(request, "restartWithNewInstanceId", True)
+        new_id = await self.client.restart(instance_id, new_id_wanted)
+        return await self._answer(request, new_id, waiting)
 
     # --- entities ---
 
@@ -232,9 +278,7 @@ class ManagementApi:
 
 
 async def _entity_input(request: web.Request) -> str | None:
-    body = await request.read()
-    if len(body) > MAX_BODY:
-        raise ClientError(400, f"The operation input exceeds {MAX_BODY} bytes.")
+    body = await read_body(request, "operation input")
     if not body.strip():
         return None
     if request.content_type == "application/json":
@@ -254,6 +298,33 @@ def _is_json(text: str) -> bool:
     return True
 
 
+def _wait_options(request: web.Request) -> tuple[float, float] | None:
+    """``timeout``/``pollingInterval`` in seconds: the extension waits only when given both."""
+    values: list[float] = []
+    for name in ("timeout", "pollingInterval"):
+        text = request.query.get(name)
+        if text is None:
+            continue
+        try:
+            value = float(text)
+        except ValueError as exc:
+            raise ClientError(400, f"{name}={text!r} must be a number of seconds.") from exc
+        if not 0 <= value <= 3600:
+            raise ClientError(400, f"{name}={text!r} must be between 0 and 3600 seconds.")
+        values.append(value)
+    return (values[0], values[1]) if len(values) == 2 else None
+
+
+def _statuses(text: str) -> tuple[str, ...]:
+    statuses = tuple(s.strip() for s in text.split(",") if s.strip())
+    unknown = [s for s in statuses if s not in RUNTIME_STATUSES]
+    if unknown:
+        raise ClientError(
+            400, f"Unknown runtimeStatus {', '.join(unknown)}; use {', '.join(RUNTIME_STATUSES)}."
+        )
+    return statuses
+
+
 def parse_query(request: web.Request, entities: bool | None = None) -> Query:
     """Query parameters -> Query. Instance queries list entities too (``@name@key`` ids),
     as the extension's do (its issue #1991)."""
@@ -262,8 +333,8 @@ def parse_query(request: web.Request, entities: bool | None = None) -> Query:
     try:
         top_value = int(top) if top else None
     except ValueError as exc:
-        raise ClientError(400, "top must be an integer") from exc
-    statuses = tuple(s.strip() for s in q.get("runtimeStatus", "").split(",") if s.strip())
+        raise ClientError(400, f"top={top!r} must be an integer.") from exc
+    statuses = _statuses(q.get("runtimeStatus", ""))
     return Query(
         created_from=_time_filter(q.get("createdTimeFrom")),
         created_to=_time_filter(q.get("createdTimeTo")),
@@ -278,11 +349,13 @@ def parse_query(request: web.Request, entities: bool | None = None) -> Query:
 
 
 def _time_filter(text: str | None) -> str | None:
+    """An ISO-8601 time (``Z``, an offset, or none: UTC) in the store's canonical form."""
     if not text:
         return None
-    from durable_host import history as h
-
     try:
-        return h.format_time(h.parse_time(text.replace("+00:00", "Z")))
+        moment = datetime.fromisoformat(text.strip().replace(" ", "+"))
     except ValueError as exc:
-        raise ClientError(400, f"{text!r} is not an ISO-8601 UTC time") from exc
+        raise ClientError(400, f"{text!r} is not an ISO-8601 date and time.") from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return h.format_time(moment)

@@ -19,6 +19,7 @@ from durable_host.http.management import RPC_BASE, WEBHOOK_BASE, ManagementApi, 
 
 
 log = logging.getLogger("durable_host.http")
+MAX_REQUEST = 32 * 1024 * 1024  # the app's HTTP functions; the management API takes 16 MiB
 
 
 @web.middleware
@@ -28,6 +29,9 @@ async def _errors_as_json(
     """Every answer is empty or JSON: the SDK parses every response body as JSON."""
     try:
         return await handler(request)
+    except web.HTTPRequestEntityTooLarge:
+        body = {"Message": f"The request body exceeds the limit of {MAX_REQUEST} bytes."}
+        return web.json_response(body, status=413)
     except web.HTTPException:
         raise
     except Exception:
@@ -88,6 +92,6 @@ def build_app(
             return await functions.handle(request, path[len(prefix):])
         return web.json_response({"error": "not_found", "message": f"No route for {path}"}, status=404)
 
-    app = web.Application(client_max_size=32 * 1024 * 1024, middlewares=[_errors_as_json])
+    app = web.Application(client_max_size=MAX_REQUEST, middlewares=[_errors_as_json])
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app

@@ -14,6 +14,20 @@ implementation):
   step, and does nothing if the work item is already gone: exactly one completion.
 * ``create_instance`` checks the existing status and writes the row and the start
   message atomically; when a call returns, its write is durable.
+* ``fetch_messages`` never fails on a message it cannot decode: it returns
+  ``{"kind": "undecodable", "error": ..., "text": <first 200 chars>}`` in its place, so
+  the engine can quarantine it. ``get_history`` raises ``CorruptHistoryError`` instead.
+* ``begin_attempt`` counts, durably enough to survive a crash of the host process, one
+  more attempt at an instance's next episode or entity batch; ``commit_episode`` and
+  ``commit_entity`` reset the count (and ``purge`` forgets it). Poison detection rests on it.
+* ``commit_episode`` with ``rewrite_history`` replaces the whole history with
+  ``episode.events`` (same execution: a rewind) and clears the output.
+* ``send`` with ``status`` also sets the instance's runtime status, in the same atomic
+  write (a rewind answers 202 with the instance already ``Pending``, as DTFx does).
+* ``release_activity`` undoes one ``mark_activity_dequeued`` (a graceful stop abandoned
+  the run; it did not crash).
+* ``updated_at`` of an instance changes with every commit that touches it (the engine's
+  history cache relies on it to notice changes made elsewhere).
 """
 
 from __future__ import annotations
@@ -35,6 +49,17 @@ class InstanceExistsError(Exception):
 
 class StoreLockedError(Exception):
     pass
+
+
+class CorruptHistoryError(ValueError):
+    """A stored history event cannot be decoded: the instance cannot be replayed."""
+
+    def __init__(self, instance_id: str, position: int | str, error: str):
+        super().__init__(
+            f"history event {position} of instance '{instance_id}' could not be decoded ({error})"
+        )
+        self.instance_id = instance_id
+        self.position = position
 
 
 @dataclass(slots=True)
@@ -108,7 +133,9 @@ class Store(Protocol):
         visible_at: str | None = None,
     ) -> None: ...
 
-    async def send(self, instance_id: str, message: dict[str, Any], now: str) -> None: ...
+    async def send(
+        self, instance_id: str, message: dict[str, Any], now: str, status: str | None = None
+    ) -> None: ...
 
     async def get_instance(self, instance_id: str) -> InstanceRecord | None: ...
 
@@ -131,6 +158,10 @@ class Store(Protocol):
     async def pending_activities(self) -> list[ActivityWork]: ...
 
     async def mark_activity_dequeued(self, work_id: int) -> int: ...
+
+    async def release_activity(self, work_id: int) -> None: ...
+
+    async def begin_attempt(self, instance_id: str) -> int: ...
 
     async def ready_instances(self, now: str, due_only: bool = False) -> list[str]: ...
 

@@ -23,6 +23,7 @@ from durable_host import faults
 from durable_host.orchestration import Episode
 from durable_host.store.base import (
     ActivityWork,
+    CorruptHistoryError,
     EntityCommit,
     InstanceExistsError,
     InstanceRecord,
@@ -64,6 +65,10 @@ CREATE TABLE IF NOT EXISTS inbox (
 );
 CREATE INDEX IF NOT EXISTS inbox_instance ON inbox(instance_id, id);
 CREATE INDEX IF NOT EXISTS inbox_due ON inbox(visible_at) WHERE visible_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS attempts (
+    instance_id TEXT PRIMARY KEY,
+    count INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS activities (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     instance_id TEXT NOT NULL,
@@ -195,12 +200,19 @@ class SqliteStore:
 
         await self._run(lambda db: self._tx(db, body))
 
-    async def send(self, instance_id: str, message: dict[str, Any], now: str) -> None:
+    async def send(
+        self, instance_id: str, message: dict[str, Any], now: str, status: str | None = None
+    ) -> None:
         def body(db: sqlite3.Connection) -> None:
             db.execute(
                 "INSERT INTO inbox (instance_id, message, visible_at) VALUES (?,?,NULL)",
                 (instance_id, json.dumps(message)),
             )
+            if status is not None:
+                db.execute(
+                    "UPDATE instances SET status=?, updated_at=? WHERE instance_id=?",
+                    (status, now, instance_id),
+                )
 
         await self._run(lambda db: self._tx(db, body))
 
@@ -216,9 +228,15 @@ class SqliteStore:
     async def get_history(self, instance_id: str) -> list[dict[str, Any]]:
         def read(db: sqlite3.Connection) -> list[dict[str, Any]]:
             rows = db.execute(
-                "SELECT event FROM history WHERE instance_id=? ORDER BY seq", (instance_id,)
+                "SELECT seq, event FROM history WHERE instance_id=? ORDER BY seq", (instance_id,)
             )
-            return [json.loads(r[0]) for r in rows]
+            events = []
+            for seq, text in rows:
+                try:
+                    events.append(json.loads(text))
+                except ValueError as exc:
+                    raise CorruptHistoryError(instance_id, seq, str(exc)) from exc
+            return events
 
         return await self._run(read)
 
@@ -231,7 +249,7 @@ class SqliteStore:
                 " AND (visible_at IS NULL OR visible_at<=?) ORDER BY id LIMIT ?",
                 (instance_id, now, limit),
             )
-            return [(r[0], json.loads(r[1])) for r in rows]
+            return [(r[0], _decode_message(r[1])) for r in rows]
 
         return await self._run(read)
 
@@ -242,7 +260,8 @@ class SqliteStore:
     ) -> list[ActivityWork]:
         def body(db: sqlite3.Connection) -> list[ActivityWork]:
             _delete_inbox(db, episode.consumed)
-            if episode.replace_history:
+            db.execute("DELETE FROM attempts WHERE instance_id=?", (instance_id,))
+            if episode.replace_history or episode.rewrite_history:
                 db.execute("DELETE FROM history WHERE instance_id=?", (instance_id,))
                 start = 0
             else:
@@ -263,6 +282,7 @@ class SqliteStore:
     async def commit_entity(self, commit: EntityCommit) -> None:
         def body(db: sqlite3.Connection) -> None:
             _delete_inbox(db, commit.consumed)
+            db.execute("DELETE FROM attempts WHERE instance_id=?", (commit.instance_id,))
             name = commit.instance_id[1:].partition("@")[0]
             db.execute(
                 "INSERT INTO instances (instance_id, name, status, created_at, updated_at,"
@@ -318,6 +338,41 @@ class SqliteStore:
 
         return await self._run(lambda db: self._tx(db, body))
 
+    async def release_activity(self, work_id: int) -> None:
+        """Undo one dequeue: the run was abandoned by a graceful stop, it did not crash."""
+
+        def body(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE activities SET dequeue_count=MAX(dequeue_count-1, 0) WHERE id=?",
+                (work_id,),
+            )
+
+        await self._run(lambda db: self._tx(db, body))
+
+    async def begin_attempt(self, instance_id: str) -> int:
+        """Count one more attempt at the instance's next episode; committing resets it."""
+
+        def body(db: sqlite3.Connection) -> int:
+            db.execute(
+                "INSERT INTO attempts (instance_id, count) VALUES (?, 1)"
+                " ON CONFLICT(instance_id) DO UPDATE SET count=count+1",
+                (instance_id,),
+            )
+            row = db.execute("SELECT count FROM attempts WHERE instance_id=?", (instance_id,))
+            return int(row.fetchone()[0])
+
+        def counted(db: sqlite3.Connection) -> int:
+            # The count must outlive a crash of this process, not of the machine: skipping
+            # the fsync keeps this write off the episode's critical path (a lost count
+            # after a power cut only allows one more attempt).
+            db.execute("PRAGMA synchronous=NORMAL")
+            try:
+                return self._tx(db, body)
+            finally:
+                db.execute("PRAGMA synchronous=FULL")
+
+        return await self._run(counted)
+
     async def ready_instances(self, now: str, due_only: bool = False) -> list[str]:
         """Instances with visible messages (``due_only``: only those with due timers)."""
 
@@ -372,6 +427,17 @@ class SqliteStore:
         return await self._run(lambda db: self._tx(db, body))
 
 
+def _decode_message(text: str) -> dict[str, Any]:
+    """An inbox row as a message; one that cannot be decoded says so (the engine quarantines)."""
+    try:
+        message = json.loads(text)
+    except ValueError as exc:
+        return {"kind": "undecodable", "error": str(exc), "text": text[:200]}
+    if not isinstance(message, dict) or "kind" not in message:
+        return {"kind": "undecodable", "error": "not a message object", "text": text[:200]}
+    return message
+
+
 def _delete_inbox(db: sqlite3.Connection, ids: list[int]) -> None:
     db.executemany("DELETE FROM inbox WHERE id=?", [(i,) for i in ids])
 
@@ -402,7 +468,7 @@ def _update_instance(db: sqlite3.Connection, instance_id: str, episode: Episode,
     if episode.status is not None:
         sets.append("status=?")
         args.append(episode.status)
-    if episode.status in ("Completed", "Failed", "Terminated"):
+    if episode.status in ("Completed", "Failed", "Terminated") or episode.rewrite_history:
         sets.append("output=?")
         args.append(episode.output_json)
     if episode.custom_status_changed:
@@ -468,4 +534,5 @@ def _purge_ids(db: sqlite3.Connection, ids: list[str]) -> int:
         db.execute("DELETE FROM history WHERE instance_id=?", (instance_id,))
         db.execute("DELETE FROM inbox WHERE instance_id=?", (instance_id,))
         db.execute("DELETE FROM activities WHERE instance_id=?", (instance_id,))
+        db.execute("DELETE FROM attempts WHERE instance_id=?", (instance_id,))
     return count

@@ -275,6 +275,12 @@ def http_caller(context: df.DurableOrchestrationContext):
     return response["statusCode"]
 
 
+@app.orchestration_trigger(context_name="context")
+def slow_step(context: df.DurableOrchestrationContext):
+    """One slow activity (marks slow:start/slow:end): graceful-stop tests."""
+    return (yield context.call_activity("slow", float(context.get_input())))
+
+
 # --- entities ---
 
 @app.entity_trigger(context_name="context")

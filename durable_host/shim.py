@@ -1,0 +1,364 @@
+"""The .NET side of the extension's out-of-process shim, simulated. Pure.
+
+``Shim.walk`` takes the SDK's action list and the current execution's history and does
+what DTFx and ``OutOfProcOrchestrationShim`` do with them (protocol reference §2.5): it
+numbers the actions like DTFx's ``idCounter``, matches them against the scheduling events
+already in history (a mismatch is a ``NonDeterminismError``), releases action k+1 only once
+action k resolved under .NET ``WhenAll``/``WhenAny`` rules (strict scheduling), runs the
+retries the SDK only mirrors, and collects the new scheduling events and the outgoing
+messages (activity work items, child starts, entity operations, timers) for the rest.
+Each walked action is a ``Node`` that records the sequence ids it took, which is what a
+rewind needs to know (``rewind.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from durable_host import history as h
+from durable_host.history import Event, EventType
+from durable_host.wire import ActionType
+
+_REQUEST_NAMESPACE = uuid.UUID("7b0c3c8e-9a55-4b55-9a39-3b1f0f7c1d11")
+
+
+class NonDeterminismError(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A message produced by an episode, committed atomically with it.
+
+    ``kind`` is ``"activity"`` (run ``payload`` as an activity work item) or
+    ``"message"`` (deliver ``payload`` to ``target``'s inbox, not before ``visible_at``).
+    """
+
+    kind: str
+    target: str
+    payload: dict[str, Any]
+    visible_at: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceView:
+    """What the engine knows about an instance before the episode."""
+
+    instance_id: str
+    status: str | None  # None: never started
+    execution_id: str | None
+    history: list[Event]
+    name: str | None = None
+
+
+_APPLIED = frozenset(
+    {
+        EventType.ORCHESTRATOR_STARTED,
+        EventType.TASK_COMPLETED,
+        EventType.SUB_ORCHESTRATION_COMPLETED,
+        EventType.TASK_FAILED,
+        EventType.SUB_ORCHESTRATION_FAILED,
+        EventType.TIMER_FIRED,
+        EventType.EVENT_RAISED,
+    }
+)
+
+
+@dataclass(eq=False)
+class Node:
+    action: dict[str, Any]
+    children: list[Node] = field(default_factory=list)
+    done: bool = False
+    attempt: int = 1
+    failed: bool = False  # resolved by a failure (after its last retry, if any)
+    ids: list[int] = field(default_factory=list)  # every sequence id it took, retries included
+
+
+class Shim:
+    """Replays history against the action list the way DTFx + the shim would."""
+
+    def __init__(self, view: InstanceView, events: list[Event], now: str, execution_id: str):
+        self.view = view
+        # Only the events ``_apply`` acts on: the rest would be skipped one by one.
+        self.events = [e for e in events if e["EventType"] in _APPLIED]
+        self.pos = 0
+        self.counter = 0
+        self.clock = now
+        self.now = now
+        self.execution_id = execution_id
+        self.pending: dict[int, tuple[str, Node]] = {}
+        self.waiters: dict[str, deque[Node]] = defaultdict(deque)
+        self.buffered: dict[str, deque[Event]] = defaultdict(deque)
+        self.scheduled = {
+            e["EventId"]: e for e in events if e["EventType"] in h.SCHEDULING_TYPES
+        }
+        self.new_events: list[Event] = []
+        self.outbox: list[Outgoing] = []
+        self.nodes: list[Node] = []
+
+    # -- walking actions --
+    def walk(self, actions: list[dict[str, Any]]) -> bool:
+        """Release actions in order; True if every action resolved."""
+        for action in actions:
+            node = self._start(action)
+            if not self._await(node):
+                return False
+        return True
+
+    def _await(self, node: Node) -> bool:
+        while not resolved(node):
+            if self.pos >= len(self.events):
+                return False
+            self._apply(self.events[self.pos])
+            self.pos += 1
+        return True
+
+    def _start(self, action: dict[str, Any]) -> Node:
+        node = Node(action)
+        self.nodes.append(node)
+        kind = ActionType(action["actionType"])
+        if kind in (ActionType.WHEN_ALL, ActionType.WHEN_ANY):
+            node.children = [self._start(child) for child in action.get("compoundActions", [])]
+        elif kind in (ActionType.CALL_ACTIVITY, ActionType.CALL_ACTIVITY_WITH_RETRY):
+            self._schedule_activity(node, self._next_id())
+        elif kind in (ActionType.CALL_SUB_ORCHESTRATOR, ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY):
+            self._schedule_child(node, self._next_id())
+        elif kind == ActionType.CREATE_TIMER:
+            self._schedule_timer(node, self._next_id())
+        elif kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
+            self._wait(node, action["externalEventName"])
+        elif kind in (ActionType.CALL_ENTITY, ActionType.SIGNAL_ENTITY):
+            self._send_entity(node, self._next_id(), signal=kind == ActionType.SIGNAL_ENTITY)
+        elif kind == ActionType.CALL_HTTP:
+            self._schedule_http(node, self._next_id())
+        else:  # continue-as-new (and anything fire-and-forget) resolves at once
+            node.done = True
+        return node
+
+    def _next_id(self) -> int:
+        value = self.counter
+        self.counter += 1
+        return value
+
+    def _recorded(self, event_id: int, kind: EventType, name: str | None) -> bool:
+        """True if history already holds this scheduling event; raise on a mismatch."""
+        event = self.scheduled.get(event_id)
+        if event is None:
+            return False
+        recorded_name = event.get("Name")
+        if event["EventType"] != kind or (
+            name is not None and str(recorded_name).lower() != name.lower()
+        ):
+            raise NonDeterminismError(
+                f"Non-Deterministic workflow detected: history has {EventType(event['EventType']).name}"
+                f" '{recorded_name}' with sequence id {event_id}, but the replay scheduled"
+                f" {kind.name} '{name}'. Was the orchestrator code changed while this instance"
+                " was running?"
+            )
+        return True
+
+    def _schedule_activity(self, node: Node, event_id: int) -> None:
+        name, input_json = node.action["functionName"], node.action.get("input")
+        node.ids.append(event_id)
+        self.pending[event_id] = ("task", node)
+        if self._recorded(event_id, EventType.TASK_SCHEDULED, name):
+            return
+        self.new_events.append(h.task_scheduled(event_id, self.now, name, input_json))
+        payload = {
+            "instance_id": self.view.instance_id,
+            "execution_id": self.execution_id,
+            "task_id": event_id,
+            "name": name,
+            "input_json": input_json,
+        }
+        self.outbox.append(Outgoing("activity", self.view.instance_id, payload))
+
+    def _schedule_http(self, node: Node, event_id: int) -> None:
+        request = node.action["httpRequest"]
+        node.ids.append(event_id)
+        self.pending[event_id] = ("task", node)
+        if self._recorded(event_id, EventType.TASK_SCHEDULED, "BuiltIn::HttpActivity"):
+            return
+        self.new_events.append(
+            h.task_scheduled(event_id, self.now, "BuiltIn::HttpActivity", json.dumps(request))
+        )
+        payload = {
+            "instance_id": self.view.instance_id,
+            "execution_id": self.execution_id,
+            "task_id": event_id,
+            "name": "BuiltIn::HttpActivity",
+            "input_json": json.dumps(request),
+        }
+        self.outbox.append(Outgoing("activity", self.view.instance_id, payload))
+
+    def _schedule_child(self, node: Node, event_id: int) -> None:
+        action = node.action
+        name = action["functionName"]
+        child_id = action.get("instanceId") or f"{self.execution_id}:{event_id}"
+        node.ids.append(event_id)
+        self.pending[event_id] = ("task", node)
+        if self._recorded(event_id, EventType.SUB_ORCHESTRATION_CREATED, name):
+            return
+        input_json = json.dumps(action.get("input"))
+        version = action.get("version")
+        self.new_events.append(
+            h.sub_orchestration_created(event_id, self.now, name, child_id, input_json, version)
+        )
+        start = child_start(
+            name, child_id, input_json, version, self.view, self.execution_id, event_id, self.now
+        )
+        self.outbox.append(Outgoing("message", child_id, {"kind": "start", "event": start}))
+
+    def _schedule_timer(self, node: Node, event_id: int) -> None:
+        fire_at = node.action["fireAt"]
+        canceled = bool(node.action.get("isCanceled"))
+        if not self._recorded(event_id, EventType.TIMER_CREATED, None):
+            self.new_events.append(h.timer_created(event_id, self.now, fire_at))
+            if not canceled:
+                self._fire_later(event_id, fire_at)
+        if canceled:
+            node.done = True  # a cancelled timer must not keep the instance alive
+        else:
+            self.pending[event_id] = ("timer", node)
+
+    def _fire_later(self, timer_id: int, fire_at: str) -> None:
+        event = h.timer_fired(timer_id, fire_at, fire_at)
+        payload = {"kind": "event", "event": event, "execution_id": self.execution_id}
+        self.outbox.append(Outgoing("message", self.view.instance_id, payload, visible_at=fire_at))
+
+    def _wait(self, node: Node, name: str) -> None:
+        if self.buffered[name]:
+            self.buffered[name].popleft()
+            node.done = True
+        else:
+            self.waiters[name].append(node)
+
+    def _send_entity(self, node: Node, event_id: int, *, signal: bool) -> None:
+        action = node.action
+        target, operation = action["instanceId"], action["operation"]
+        recorded = self.scheduled.get(event_id)
+        if self._recorded(event_id, EventType.EVENT_SENT, operation):
+            assert recorded is not None
+            request_id = json.loads(recorded["Input"])["id"]
+        else:
+            request_id = str(
+                uuid.uuid5(_REQUEST_NAMESPACE, f"{self.view.instance_id}|{self.execution_id}|{event_id}")
+            )
+            request = {
+                "op": operation,
+                "id": request_id,
+                "input": action.get("input"),
+                "parent": None if signal else self.view.instance_id,
+                "parentExecution": None if signal else self.execution_id,
+                "Timestamp": self.now,
+            }
+            if signal:
+                request["signal"] = True
+            request = {k: v for k, v in request.items() if v is not None}
+            self.new_events.append(
+                h.event_sent(event_id, self.now, target, operation, json.dumps(request))
+            )
+            self.outbox.append(Outgoing("message", target, {"kind": "op", "request": request}))
+        if signal:
+            node.done = True
+        else:
+            self._wait(node, request_id)
+
+    # -- applying history --
+    def _apply(self, event: Event) -> None:
+        kind = event["EventType"]
+        if kind == EventType.ORCHESTRATOR_STARTED:
+            self.clock = event["Timestamp"]
+        elif kind in (EventType.TASK_COMPLETED, EventType.SUB_ORCHESTRATION_COMPLETED):
+            entry = self.pending.pop(event["TaskScheduledId"], None)
+            if entry:
+                entry[1].done = True
+        elif kind in (EventType.TASK_FAILED, EventType.SUB_ORCHESTRATION_FAILED):
+            entry = self.pending.pop(event["TaskScheduledId"], None)
+            if entry:
+                self._attempt_failed(entry[1])
+        elif kind == EventType.TIMER_FIRED:
+            entry = self.pending.pop(event["TimerId"], None)
+            if entry and entry[0] == "retry":
+                self._retry_timer_fired(entry[1])
+            elif entry:
+                entry[1].done = True
+        elif kind == EventType.EVENT_RAISED:
+            name = event.get("Name") or ""
+            if self.waiters[name]:
+                self.waiters[name].popleft().done = True
+            else:
+                self.buffered[name].append(event)
+
+    def _attempt_failed(self, node: Node) -> None:
+        options = node.action.get("retryOptions")
+        if options is None:
+            node.done = node.failed = True
+            return
+        # DTFx's RetryInterceptor waits after every failure, the last one included.
+        timer_id = self._next_id()
+        node.ids.append(timer_id)
+        interval = timedelta(milliseconds=int(options["firstRetryIntervalInMilliseconds"]))
+        fire_at = h.format_time(h.parse_time(self.clock) + interval)
+        self.pending[timer_id] = ("retry", node)
+        if not self._recorded(timer_id, EventType.TIMER_CREATED, None):
+            self.new_events.append(h.timer_created(timer_id, self.now, fire_at))
+            self._fire_later(timer_id, fire_at)
+
+    def _retry_timer_fired(self, node: Node) -> None:
+        if node.attempt >= int(node.action["retryOptions"]["maxNumberOfAttempts"]):
+            node.done = node.failed = True
+            return
+        node.attempt += 1
+        if node.action["actionType"] == ActionType.CALL_ACTIVITY_WITH_RETRY:
+            self._schedule_activity(node, self._next_id())
+        else:
+            self._schedule_child(node, self._next_id())
+
+    def unconsumed_events(self) -> list[Event]:
+        """Raised events nobody waited for: carried over by continue-as-new."""
+        while self.pos < len(self.events):
+            self._apply(self.events[self.pos])
+            self.pos += 1
+        return [e for queue in self.buffered.values() for e in queue]
+
+
+def resolved(node: Node) -> bool:
+    kind = node.action["actionType"]
+    if kind == ActionType.WHEN_ALL:
+        return all(resolved(c) for c in node.children)
+    if kind == ActionType.WHEN_ANY:
+        return not node.children or any(resolved(c) for c in node.children)
+    return node.done
+
+
+def child_start(
+    name: str,
+    child_id: str,
+    input_json: str | None,
+    version: str | None,
+    view: InstanceView,
+    execution_id: str,
+    event_id: int,
+    at: str,
+) -> Event:
+    """The ExecutionStarted a parent sends to start (or restart) a sub-orchestration."""
+    return h.execution_started(
+        at=at,
+        name=name,
+        instance_id=child_id,
+        execution_id="",
+        input_json=input_json,
+        version=version,
+        parent={
+            "Name": view.name,
+            "Version": "",
+            "TaskScheduleId": event_id,
+            "OrchestrationInstance": {"InstanceId": view.instance_id, "ExecutionId": execution_id},
+        },
+    )

@@ -1,0 +1,419 @@
+"""Fast replay computes exactly what the plain replay computes (replay.py, sessions.py).
+
+Every golden scenario runs three times through the pure episode driver: handing the SDK the
+whole history with dateutil timestamps; with only the events it reads and the fast
+timestamp parser; and continuing a live SDK session from episode to episode. The SDK's raw
+answers (actions, output, custom status, failures) and every episode's events and messages
+must be identical. What the orchestrator code saw (``is_replaying``,
+``current_utc_datetime``, ``new_uuid``) must be identical between the replays; a session
+replays only when it starts over, so it sees the same non-replaying observations, and fewer
+replaying ones.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import azure.durable_functions as df
+import pytest
+from dateutil.parser import parse as dateutil_parse
+
+from durable_host import history as h
+from durable_host import orchestration as o
+from durable_host import replay
+from durable_host.sessions import Session
+from tests.unit.durable_host.driver import Driver
+
+SEEN: list[Any] = []  # what orchestrator code observed, in order
+
+
+def observe(context: df.DurableOrchestrationContext, label: str) -> None:
+    SEEN.append((label, context.is_replaying, context.current_utc_datetime.isoformat(), context.new_uuid()))
+
+
+def chain(context):
+    observe(context, "start")
+    results = []
+    for city in ("Tokyo", "Seattle", "London"):
+        results.append((yield context.call_activity("say", city)))
+        observe(context, city)
+    return results
+
+
+def fan_out(context):
+    values = yield context.task_all([context.call_activity("double", i) for i in range(4)])
+    observe(context, "joined")
+    return sum(values)
+
+
+def retrying(context):
+    options = df.RetryOptions(first_retry_interval_in_milliseconds=500, max_number_of_attempts=3)
+    value = yield context.call_activity_with_retry("flaky", options, "k")
+    observe(context, "retried")
+    return value
+
+
+def racing(context):
+    timer = context.create_timer(context.current_utc_datetime + timedelta(minutes=5))
+    event = context.wait_for_external_event("approve")
+    winner = yield context.task_any([event, timer])
+    observe(context, "raced")
+    if winner == event:
+        timer.cancel()
+        return event.result
+    return "timeout"
+
+
+def with_child(context):
+    child = yield context.call_sub_orchestrator("child", {"n": 1}, "child-1")
+    observe(context, "child")
+    return child
+
+
+def entity_user(context):
+    entity = df.EntityId("counter", "k")
+    context.signal_entity(entity, "add", 2)
+    value = yield context.call_entity(entity, "get")
+    observe(context, "entity")
+    context.set_custom_status({"value": value})
+    return value
+
+
+def restarting(context):
+    n = int(context.get_input())
+    observe(context, f"gen {n}")
+    if n >= 1:
+        return n
+    yield context.call_activity("echo", n)
+    context.continue_as_new(n + 1)
+
+
+def buffered_twice(context):
+    yield context.call_activity("echo", None)
+    first = yield context.wait_for_external_event("go")
+    second = yield context.wait_for_external_event("go")
+    observe(context, "both")
+    return [first, second]
+
+
+def long_sleep(context):
+    yield context.create_timer(context.current_utc_datetime + timedelta(days=7))
+    observe(context, "woke")
+    return "woke"
+
+
+def failing(context):
+    yield context.call_activity("echo", 1)
+    try:
+        yield context.call_activity("boom", 2)
+    except Exception as exc:
+        observe(context, "caught")
+        raise ValueError("gave up") from exc
+
+
+def progress(context):
+    for step in range(3):
+        context.set_custom_status({"step": step, "id": context.new_uuid()})
+        yield context.call_activity("work", step)
+    observe(context, "done")
+    return context.custom_status
+
+
+def tick(d: Driver, seconds: float = 1.5) -> None:
+    """Advance the driver's clock by a non-round amount, so microseconds matter."""
+    d.now = h.format_time(h.parse_time(d.now) + timedelta(seconds=seconds, microseconds=123))
+
+
+def run_chain(d: Driver) -> None:
+    d.start("x")
+    for task_id in range(3):
+        tick(d)
+        d.complete(task_id, f"hello {task_id}")
+
+
+def run_fan_out(d: Driver) -> None:
+    d.start()
+    for task_id in (3, 1, 0, 2):
+        tick(d)
+        d.complete(task_id, task_id * 2)
+
+
+def run_retrying(d: Driver) -> None:
+    d.start()
+    tick(d)
+    d.fail(0, "one")
+    tick(d)
+    d.fire(1)
+    tick(d)
+    d.fail(2, "two")
+    tick(d)
+    d.fire(3)
+    tick(d)
+    d.complete(4, "third time")
+
+
+def run_racing(d: Driver) -> None:
+    d.start()
+    tick(d)
+    d.raise_event("other", 1)
+    tick(d)
+    d.raise_event("approve", {"by": "ann"})
+
+
+def run_child(d: Driver) -> None:
+    d.start()
+    tick(d)
+    d.deliver({"kind": "event", "event": h.sub_orchestration_completed(0, d.now, '{"ok":1}'), "execution_id": d.execution_id})
+
+
+def run_entity(d: Driver) -> None:
+    d.start()
+    call = json.loads(next(e for e in d.history if e["EventType"] == h.EventType.EVENT_SENT and "parent" in e["Input"])["Input"])
+    tick(d)
+    response = json.dumps({"result": json.dumps(7)})
+    d.deliver({"kind": "event", "event": h.event_raised(d.now, call["id"], response)})
+
+
+def run_restarting(d: Driver) -> None:
+    d.start(0)
+    tick(d)
+    d.complete(0, 0)
+    start = [m for m in d.messages if m.payload["kind"] == "start"][-1]
+    tick(d)
+    d.deliver(start.payload)
+
+
+def run_buffered(d: Driver) -> None:
+    d.start()
+    tick(d)
+    d.raise_event("go", 1)
+    tick(d)
+    d.complete(0, None)
+    tick(d)
+    d.raise_event("go", 2)
+
+
+def run_long_sleep(d: Driver) -> None:
+    d.start()
+    for timer_id in range(3):
+        d.now = [e for e in d.history if e["EventType"] == h.EventType.TIMER_CREATED][-1]["FireAt"]
+        d.fire(timer_id)
+
+
+def run_failing(d: Driver) -> None:
+    d.start()
+    tick(d)
+    d.complete(0, 1)
+    tick(d)
+    d.fail(1, "bad", "boom")
+
+
+def run_progress(d: Driver) -> None:
+    d.start()
+    tick(d)
+    d.complete(0, None)
+    tick(d)
+    d.deliver({"kind": "suspend", "reason": "pause"})
+    result = {"kind": "event", "event": h.task_completed(1, d.now, "null"), "execution_id": d.execution_id}
+    assert d.deliver(result).consumed == []  # held while suspended: the inbox keeps it
+    tick(d)
+    d.deliver({"kind": "resume", "reason": "go"}, result)
+    tick(d)
+    d.complete(2, None)
+
+
+SCENARIOS: dict[str, tuple[Callable[..., Any], Callable[[Driver], None]]] = {
+    "chain": (chain, run_chain),
+    "fan_out": (fan_out, run_fan_out),
+    "retry": (retrying, run_retrying),
+    "timer_and_event": (racing, run_racing),
+    "sub_orchestration": (with_child, run_child),
+    "entity_call_and_signal": (entity_user, run_entity),
+    "continue_as_new": (restarting, run_restarting),
+    "buffered_event_507": (buffered_twice, run_buffered),
+    "long_timer": (long_sleep, run_long_sleep),
+    "failure": (failing, run_failing),
+    "custom_status_suspend_resume": (progress, run_progress),
+}
+
+
+class RecordingSession(Session):
+    def __init__(self, calls: list[tuple[str, str]]):
+        super().__init__()
+        self.calls = calls
+
+    def answer(self, handle: Callable[[str], str], key: str, request: dict[str, Any]) -> str:
+        try:
+            answer = super().answer(handle, key, request)
+        except Exception as exc:
+            self.calls.append((json.dumps(request), f"raised: {exc}"))
+            raise
+        self.calls.append((json.dumps(request), answer))
+        return answer
+
+
+@pytest.fixture
+def fast_replay(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    """Switch fast replay (and a session) on or off for ``run_episode`` and the SDK's parser."""
+
+    def switch(on: bool, session: Session | None = None) -> None:
+        original = o.run_episode.__wrapped__ if hasattr(o.run_episode, "__wrapped__") else o.run_episode
+
+        def run(*args: Any, **kwargs: Any) -> o.Episode:
+            return original(*args, **{**kwargs, "compact": on, "session": session})
+
+        run.__wrapped__ = original  # type: ignore[attr-defined]
+        monkeypatch.setattr(o, "run_episode", run)
+        assert replay.install(on) is on
+
+    yield switch
+    replay.install(False)
+
+
+def recorded(fn: Callable[..., Any]) -> tuple[Callable[[str], str], list[tuple[str, str]]]:
+    """The SDK handle of ``fn`` and a log of its (request, raw answer) per call."""
+    handle = df.Orchestrator.create(fn)
+    calls: list[tuple[str, str]] = []
+
+    def wrapped(request: str) -> str:
+        try:
+            answer = handle(request)
+        except Exception as exc:  # the SDK reports orchestrator failures by raising
+            answer = f"raised: {exc}"
+        calls.append((request, answer))
+        if answer.startswith("raised: "):
+            raise Exception(answer.removeprefix("raised: "))
+        return answer
+
+    return wrapped, calls
+
+
+def play(name: str, mode: str, switch: Callable[..., None]) -> dict[str, Any]:
+    """Run a scenario with ``mode`` plain, fast (filtered history, fast timestamps) or session."""
+    fn, script = SCENARIOS[name]
+    SEEN.clear()
+    if mode == "session":
+        calls: list[tuple[str, str]] = []
+        session = RecordingSession(calls)
+        switch(True, session)
+        handle: Callable[[str], str] = df.Orchestrator.create(fn)
+    else:
+        session = None
+        switch(mode == "fast")
+        handle, calls = recorded(fn)
+    d = Driver(handle, name=name)
+    episodes: list[o.Episode] = []
+    deliver = d.deliver
+
+    def keep(*messages: dict[str, Any]) -> o.Episode:
+        episode = deliver(*messages)
+        episodes.append(episode)
+        return episode
+
+    d.deliver = keep  # type: ignore[method-assign]
+    script(d)
+    return {
+        "answers": [answer for _, answer in calls],
+        "requests": [json.loads(request)["history"] for request, _ in calls],
+        "seen": list(SEEN),
+        "episodes": [(e.events, e.outbox, e.status, e.output_json, e.custom_status_json) for e in episodes],
+        "history": d.history,
+        "status": d.status,
+        "output": d.output,
+        "continued": session.continued if session else 0,
+    }
+
+
+@pytest.mark.filterwarnings("ignore:Potential duplicate Task completion")
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_fast_replay_and_sessions_compute_what_the_plain_replay_computes(name, fast_replay):
+    plain = play(name, "plain", fast_replay)
+    fast = play(name, "fast", fast_replay)
+    live = play(name, "session", fast_replay)
+
+    assert plain["status"] in ("Completed", "Failed", "ContinuedAsNew")
+    for other in (fast, live):
+        assert other["answers"] == plain["answers"]  # actions, output, custom status, errors
+        assert other["episodes"] == plain["episodes"]
+        assert other["status"] == plain["status"] and other["output"] == plain["output"]
+    assert fast["seen"] == plain["seen"]  # is_replaying, current_utc_datetime, new_uuid
+    first_time = [seen for seen in plain["seen"] if not seen[1]]
+    assert [seen for seen in live["seen"] if not seen[1]] == first_time
+    assert len(live["seen"]) <= len(plain["seen"])  # a session replays only to start over
+
+
+def test_a_session_serves_later_episodes_without_a_replay(fast_replay):
+    live = play("chain", "session", fast_replay)
+
+    assert live["continued"] == 3  # the three activity results; only the start replayed
+    assert all(not replaying for _, replaying, _, _ in live["seen"])
+
+
+def test_the_fast_replay_hands_the_sdk_fewer_events(fast_replay):
+    plain = play("chain", "plain", fast_replay)
+    fast = play("chain", "fast", fast_replay)
+
+    last_plain, last_fast = plain["requests"][-1], fast["requests"][-1]
+    assert len(last_fast) < len(last_plain) * 0.6
+    kinds = {e["EventType"] for e in last_fast}
+    assert kinds <= {h.EventType.ORCHESTRATOR_STARTED, h.EventType.EXECUTION_STARTED, h.EventType.TASK_COMPLETED}
+    assert last_fast[0]["EventType"] == h.EventType.ORCHESTRATOR_STARTED
+    assert last_fast[1]["EventType"] == h.EventType.EXECUTION_STARTED
+
+
+def test_signal_event_sent_is_dropped_but_a_call_is_kept():
+    signal = h.event_sent(0, "t", "@counter@k", "add", json.dumps({"op": "add", "id": "a", "signal": True}))
+    call = h.event_sent(1, "t", "@counter@k", "get", json.dumps({"op": "get", "id": "b", "parent": "i1"}))
+
+    assert replay.sdk_history([signal, call]) == [call]
+
+
+def canonical_times(count: int) -> Iterator[str]:
+    rng = random.Random(7)
+    start = datetime(1971, 1, 1, tzinfo=UTC)
+    for _ in range(count):
+        moment = start + timedelta(seconds=rng.randrange(0, 2_000_000_000), microseconds=rng.randrange(0, 1_000_000))
+        yield h.format_time(moment)
+
+
+def test_fast_timestamps_equal_dateutil_values_and_zone_kind():
+    assert replay.install(True)
+    try:
+        tzinfo = dateutil_parse("2000-01-01T00:00:00.000000Z").tzinfo
+        for text in [*canonical_times(2000), "2024-02-29T23:59:59.999999Z", "2024-01-01T00:00:00.000000Z"]:
+            fast = replay.fast_timestamp(text, dateutil_parse, tzinfo)
+            slow = dateutil_parse(text)
+            assert fast == slow and fast.utcoffset() == slow.utcoffset()
+            assert type(fast.tzinfo) is type(slow.tzinfo) and str(fast) == str(slow)
+    finally:
+        replay.install(False)
+
+
+@pytest.mark.parametrize("text", ["2024-01-01T00:00:05.1234567Z", "2024-01-01T00:00:05Z", "2024-01-01T00:00:05.12+02:00", "Jan 1 2024"])
+def test_other_timestamp_forms_still_go_to_dateutil(text):
+    calls = []
+
+    def fallback(value: str) -> datetime:
+        calls.append(value)
+        return dateutil_parse(value)
+
+    assert replay.fast_timestamp(text, fallback, UTC) == dateutil_parse(text)
+    assert calls == [text]
+
+
+def test_history_cache_answers_only_for_the_same_key_and_stays_bounded():
+    cache = replay.HistoryCache(max_events=40)
+    cache.put("a", ("e1", "t1"), [{"n": i} for i in range(10)])
+
+    assert cache.get("a", ("e1", "t1")) is not None
+    assert cache.get("a", ("e1", "t2")) is None  # changed elsewhere: read the store again
+    assert cache.get("a", ("e1", "t1")) is None  # and the stale entry is gone
+    for i in range(10):
+        cache.put(f"i{i}", ("e", "t"), [{"n": 0}] * 8)
+    assert cache.size <= 40 and len(cache) == 5
+    cache.put("huge", ("e", "t"), [{"n": 0}] * 11)  # over a quarter of the bound: not kept
+    assert cache.get("huge", ("e", "t")) is None
