@@ -3,10 +3,10 @@
 import azure.durable_functions as df
 import azure.functions as func
 
-from activities import hand_over, model
-from api import sessions
-from entities import session
-from orchestrators import agent_run, agent_turn
+from activities import cancel, hand_over, mail, model, notice_session, tools
+from api import operator, pages, sessions
+from entities import semaphore, session
+from orchestrators import agent_run, agent_turn, notices, tool_task
 
 app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
 
@@ -17,5 +17,14 @@ for blueprint in (
     model.bp,
     hand_over.bp,
     sessions.bp,
+    pages.bp,
+    semaphore.bp,
+    tool_task.bp,
+    tools.bp,
+    operator.bp,
+    notices.bp,
+    mail.bp,
+    notice_session.bp,
+    cancel.bp,
 ):
     app.register_functions(blueprint)

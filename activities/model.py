@@ -1,38 +1,63 @@
-"""``call_model``: one model call for a session, by reference.
+"""``call_model``: one model call for a session, by reference; ``turn_limits``: the settings.
 
-Input ``{"session_id", "submission_id"}``: the activity reads the transcript from the session entity itself
-(the orchestration never carries it), resolves content references, and asks the configured
-model. With no endpoint configured (``AGENT_MODEL_BASE_URL`` unset) the deterministic offline
-planner answers. Returns an envelope: ``{"ok": true, "response": ModelResponse}`` or
-``{"ok": false, "kind", "message", "retry_after"}`` - exception types do not survive the
-activity boundary, so expected failures are data.
+Input ``{"session_id", "submission_id", "attempt_key", "timeout_s"}``: the activity reads the
+transcript from the session entity itself (the orchestration never carries it), resolves content
+references, and asks the configured model (``adapters.model_provider``; settings
+``AGENT_MODEL_*``). With no endpoint configured the deterministic offline planner answers.
+
+The transcript is the entries of kind ``message``; the other kinds are the kernel's own
+records (tool intents and outcomes) and never reach the model.
+
+Returns an envelope, never raises for expected failures (exception types do not survive the
+activity boundary): ``{"ok": true, "response": ModelResponse}`` or
+``{"ok": false, "kind", "message", "retry_after"}``.
+
+A reply whose text is too long to keep inline is stored in the content store and its
+reference returned as ``content_ref`` next to the response.
+
+A successful reply is written to the attempt ledger under ``attempt_key`` before it is
+returned, so if the host dies after the call but before its completion is saved, the re-run
+activity returns the saved reply instead of paying for the same call again (``"reused": true``).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import uuid
 from typing import Any
 
 import azure.durable_functions as df
 
+from adapters import model_provider
+from adapters.attempt_ledger import default_ledger
 from adapters.content_store import default_store
-from kernel import planner
+from kernel import content, planner, tools
+from kernel.model_io import ModelFailure, ModelIOError, ModelRequest, ModelResult, ModelSuccess
+from kernel.turn_policy import TurnLimits, TurnSettingsError
 
 bp = df.Blueprint()
+TRANSCRIPT_KIND = "message"
 
 
 async def read_entries(
     client: df.DurableOrchestrationClient, session_id: str, submission_id: str
 ) -> list[dict[str, Any]]:
-    """The transcript as this submission sees it: everything before its own user entry, and
-    its own entries - never the entries of submissions queued behind it."""
+    """The transcript as this submission sees it: every message before its own user entry, and
+    its own messages - never the entries of submissions queued behind it."""
     state = await client.read_entity_state(df.EntityId("session", session_id))
     raw = state.entity_state if state.entity_exists else None
     data = json.loads(raw) if isinstance(raw, str) else raw
     all_entries = list((data or {}).get("entries", []))
     own = [e["n"] for e in all_entries if e.get("submission_id") == submission_id]
     first = min(own) if own else len(all_entries) + 1
-    entries = [e for e in all_entries if e["n"] < first or e.get("submission_id") == submission_id]
+    entries = [
+        e
+        for e in all_entries
+        if (e["n"] < first or e.get("submission_id") == submission_id)
+        and e.get("kind", TRANSCRIPT_KIND) == TRANSCRIPT_KIND
+    ]
     store = default_store()
     for entry in entries:
         if entry.get("text") is None and entry.get("content_ref"):
@@ -40,9 +65,47 @@ async def read_entries(
     return entries
 
 
+async def ask(entries: list[dict[str, Any]], timeout_s: float) -> ModelResult:
+    config = model_provider.ProviderConfig.from_settings(os.environ)
+    if config is None:
+        return ModelSuccess(planner.plan(entries))
+    try:
+        request = ModelRequest.from_entries(entries, tools.openai_tool_specs(), config.model)
+    except ModelIOError as exc:
+        return ModelFailure(kind="fatal", message=f"cannot build the model request: {exc}")
+    return await model_provider.complete(config, request, timeout_s)
+
+
+@bp.activity_trigger(input_name="job")
+def turn_limits(job: dict[str, Any]) -> dict[str, Any]:
+    """The turn limits from this app's ``AGENT_*`` settings: ``{"ok", "limits"|"message"}``.
+
+    Only the limits travel into orchestration histories, never the other settings (keys).
+    """
+    try:
+        return {"ok": True, "limits": TurnLimits.from_settings(os.environ).to_dict()}
+    except TurnSettingsError as exc:
+        return {"ok": False, "message": str(exc)}
+
+
+def _stored_if_long(text: str | None) -> str | None:
+    # Entry texts are inline only up to 4 KiB; the orchestrator cannot store, so this does.
+    return default_store().put(text) if text is not None and content.needs_reference(text) else None
+
+
 @bp.activity_trigger(input_name="job")
 @bp.durable_client_input(client_name="client")
 async def call_model(job: dict[str, Any], client: df.DurableOrchestrationClient) -> dict[str, Any]:
+    ledger = default_ledger()
+    key = job["attempt_key"]
+    saved = ledger.read(key)
+    if saved is not None and saved.completed:
+        return {**saved.result, "reused": True}
     entries = await read_entries(client, job["session_id"], job["submission_id"])
-    response = planner.plan(entries)
-    return {"ok": True, "response": response.to_dict()}
+    result = (await ask(entries, float(job.get("timeout_s") or 120))).to_dict()
+    if result["ok"]:
+        result["content_ref"] = _stored_if_long(result["response"].get("content"))
+        owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        ledger.create(key, owner, float(job.get("timeout_s") or 120))
+        result = ledger.complete(key, result)
+    return result

@@ -1,72 +1,92 @@
-"""HTTP API of sessions: submit, read the session view, follow changes, read a submission.
+"""HTTP API of sessions: submit, read the view, follow changes, read a submission, delete.
 
-Every error is a JSON body ``{"error", "message", "field"}`` with status 400/404/409, and a
-rejected request stores nothing. Submissions are idempotent by ``requestId``: the
-orchestration id is derived from it (``{session}:turn:{uuid5(session, requestId)}``), so a
-retry finds the original instead of starting a second run.
+Every error is a JSON body ``{"error", "message", "field"}`` with status 400/404/409 (410 for a
+change cursor that fell off the log), and a rejected request stores nothing. Full reference:
+docs/api.md and docs/openapi.yaml.
+
+Submissions are idempotent by ``requestId``: the submission id is
+``uuid5(session, requestId)`` and the orchestration id ``{session}:turn:{submission}``, so a
+retry finds the original instead of starting a second run:
+* a submission the session already holds, or an orchestration that already exists, is
+  answered as a duplicate and nothing is started (never ``start_new`` on an existing id: the
+  Durable extension would restart a completed instance);
+* two concurrent first requests may both call ``start_new``; the loser gets a conflict, or
+  restarts an instance that just completed, whose ``accept`` is then a first-wins duplicate that
+  runs nothing (``orchestrators/agent_turn.py``).
+
+A session exists once a submission is accepted (HTTP 202): until its first commit lands, the
+view is the empty session at cursor 0 and the change stream waits from there.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import os
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 import azure.durable_functions as df
 import azure.functions as func
+from azure.durable_functions.models.OrchestrationRuntimeStatus import OrchestrationRuntimeStatus
 
 from adapters.content_store import default_store
+from api import inputs, purge
 from kernel import content, ids
 from kernel import session as core
-from kernel.errors import KernelError, ValidationError
+from kernel.errors import ConflictError, KernelError, NotFoundError
+from kernel.submissions import MAX_QUEUED_SUBMISSIONS
 
 bp = df.Blueprint()
-MAX_TEXT = 32_000
+POLL_SECONDS = 0.2
+RUNNING = [OrchestrationRuntimeStatus.Pending, OrchestrationRuntimeStatus.Running]
 
 
 def reply(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> func.HttpResponse:
-    return func.HttpResponse(json.dumps(body), status_code=status, mimetype="application/json", headers=headers)
+    return func.HttpResponse(
+        json.dumps(body), status_code=status, mimetype="application/json", headers=headers
+    )
 
 
-def error(code: str, message: str, field: str | None, status: int) -> func.HttpResponse:
-    return reply({"error": code, "message": message, "field": field}, status)
+def failure(exc: KernelError) -> func.HttpResponse:
+    return reply(exc.to_dict(), exc.http_status)
 
 
-def _body(req: func.HttpRequest) -> dict[str, Any]:
-    try:
-        body = req.get_json()
-    except ValueError as exc:
-        raise ValidationError("invalid_json", "the request body is not valid JSON", None) from exc
-    if not isinstance(body, dict):
-        raise ValidationError("invalid_body", "the request body must be a JSON object", None)
-    return body
+def not_found(session_id: str) -> NotFoundError:
+    return NotFoundError("session_not_found", f"no session {session_id!r}", "sessionId")
 
 
-def _submission_input(session_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    request_id = ids.validate_request_id(body.get("requestId"), "requestId")
-    text = body.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise ValidationError("empty_text", "text must be a non-empty string", "text")
-    if len(text) > MAX_TEXT:
-        raise ValidationError("text_too_long", f"text is longer than {MAX_TEXT} characters", "text")
-    job: dict[str, Any] = {
-        "session_id": session_id,
-        "request_id": request_id,
-        "submission_id": ids.submission_id(session_id, request_id),
-    }
-    if content.needs_reference(text):
-        job["text_ref"] = default_store().put(text)  # stored once; histories carry the ref
-    else:
-        job["text"] = text
-    return job
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-async def read_state(client: df.DurableOrchestrationClient, session_id: str) -> dict[str, Any] | None:
+async def read_state(
+    client: df.DurableOrchestrationClient, session_id: str
+) -> dict[str, Any] | None:
     state = await client.read_entity_state(df.EntityId("session", session_id))
     if not state.entity_exists or state.entity_state is None:
         return None
     raw = state.entity_state
-    return json.loads(raw) if isinstance(raw, str) else raw
+    parsed = json.loads(raw) if isinstance(raw, str) else raw
+    return parsed if isinstance(parsed, dict) else None
+
+
+async def accepted_not_committed(client: df.DurableOrchestrationClient, session_id: str) -> bool:
+    """True when a turn of the session was started but the session has no state yet."""
+    running = await client.get_status_by(
+        instance_id_prefix=f"{session_id}:turn:", runtime_status=RUNNING
+    )
+    return bool(running)
+
+
+async def current_state(client: df.DurableOrchestrationClient, session_id: str) -> dict[str, Any]:
+    """The session's state, the empty session while its first submission is in flight, or 404."""
+    state = await read_state(client, session_id)
+    if state is not None:
+        return state
+    if await accepted_not_committed(client, session_id):
+        return core.new_state(session_id, _now())
+    raise not_found(session_id)
 
 
 def links(req: func.HttpRequest, session_id: str, submission_id: str) -> dict[str, str]:
@@ -75,52 +95,186 @@ def links(req: func.HttpRequest, session_id: str, submission_id: str) -> dict[st
         "session": f"{root}/sessions/{session_id}",
         "submission": f"{root}/sessions/{session_id}/submissions/{submission_id}",
         "changes": f"{root}/sessions/{session_id}/changes?after=0",
+        "page": f"{root}/sessions/{session_id}/page",
     }
+
+
+# --- submit ---------------------------------------------------------------------------
+
+
+def submission_job(session_id: str, submission: inputs.Submission) -> dict[str, Any]:
+    """The ``agent_turn`` input; a long text is stored first and travels by reference."""
+    job: dict[str, Any] = {
+        "session_id": session_id,
+        "request_id": submission.request_id,
+        "submission_id": ids.submission_id(session_id, submission.request_id),
+    }
+    if content.needs_reference(submission.text):
+        job["text_ref"] = default_store().put(submission.text)
+    else:
+        job["text"] = submission.text
+    return job
+
+
+async def known_status(
+    client: df.DurableOrchestrationClient,
+    state: dict[str, Any] | None,
+    session_id: str,
+    submission_id: str,
+) -> str | None:
+    """The status of a submission that exists already (held by the session or started)."""
+    held = (state or {}).get("submissions", {}).get(submission_id)
+    if held is not None:
+        return str(held["status"])
+    existing = await client.get_status(ids.turn_instance_id(session_id, submission_id))
+    return "accepted" if existing and existing.runtime_status else None
+
+
+def check_room(state: dict[str, Any] | None) -> None:
+    if state is not None and len(state.get("turn_queue", [])) >= MAX_QUEUED_SUBMISSIONS:
+        raise ConflictError(
+            "queue_full", f"{MAX_QUEUED_SUBMISSIONS} submissions already wait", "requestId"
+        )
+
+
+async def start_once(
+    client: df.DurableOrchestrationClient, session_id: str, submission: inputs.Submission
+) -> tuple[str, str, bool]:
+    """(submission id, status, duplicate): start the submission's turn unless it exists."""
+    sub_id = ids.submission_id(session_id, submission.request_id)
+    state = await read_state(client, session_id)
+    existing = await known_status(client, state, session_id, sub_id)
+    if existing is not None:
+        return sub_id, existing, True
+    check_room(state)
+    job = submission_job(session_id, submission)
+    try:
+        await client.start_new("agent_turn", ids.turn_instance_id(session_id, sub_id), job)
+    except Exception:  # the SDK raises bare Exceptions; see below
+        # A concurrent first request started it a moment ago; anything else is a real failure.
+        if await known_status(client, None, session_id, sub_id) is None:
+            raise
+        return sub_id, "accepted", True
+    return sub_id, "accepted", False
 
 
 @bp.route(route="sessions/{sessionId}/submissions", methods=["POST"])
 @bp.durable_client_input(client_name="client")
 async def submit(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
     try:
-        session_id = ids.validate_session_id(req.route_params.get("sessionId"), "sessionId")
-        job = _submission_input(session_id, _body(req))
+        session_id = inputs.session_id(req.route_params.get("sessionId"))
+        submission = inputs.submission(req.get_body())
+        sub_id, status, duplicate = await start_once(client, session_id, submission)
     except KernelError as exc:
-        return reply(exc.to_dict(), exc.http_status)
-    instance_id = ids.turn_instance_id(session_id, job["submission_id"])
-    job["settings"] = {k: v for k, v in os.environ.items() if k.startswith("AGENT_")}
-    existing = await client.get_status(instance_id)
-    duplicate = bool(existing and existing.runtime_status)
-    if not duplicate:
-        try:
-            await client.start_new("agent_turn", instance_id, job)
-        except Exception:  # noqa: BLE001 - a concurrent duplicate started it first
-            duplicate = True
-    body = {"submissionId": job["submission_id"], "sessionId": session_id, "duplicate": duplicate,
-            "instanceId": instance_id, **links(req, session_id, job["submission_id"])}
+        return failure(exc)
+    body = {
+        "submissionId": sub_id,
+        "sessionId": session_id,
+        "status": status,
+        "duplicate": duplicate,
+        "instanceId": ids.turn_instance_id(session_id, sub_id),
+        **links(req, session_id, sub_id),
+    }
     return reply(body, 202, {"Location": body["submission"]})
+
+
+# --- reads ----------------------------------------------------------------------------
 
 
 @bp.route(route="sessions/{sessionId}", methods=["GET"])
 @bp.durable_client_input(client_name="client")
-async def get_session(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
+async def get_session(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient
+) -> func.HttpResponse:
     try:
-        session_id = ids.validate_session_id(req.route_params.get("sessionId"), "sessionId")
+        session_id = inputs.session_id(req.route_params.get("sessionId"))
+        return reply(core.view(await current_state(client, session_id)))
     except KernelError as exc:
-        return reply(exc.to_dict(), exc.http_status)
-    state = await read_state(client, session_id)
-    if state is None:
-        return error("session_not_found", f"no session {session_id!r}", "sessionId", 404)
-    return reply(core.view(state))
+        return failure(exc)
+
+
+async def follow(
+    client: df.DurableOrchestrationClient, session_id: str, query: inputs.ChangesQuery
+) -> tuple[int, list[dict[str, Any]]]:
+    """(latest cursor, records after ``query.after``), waiting up to ``query.wait`` seconds
+    for at least one record. Re-reads the stored state every ``POLL_SECONDS``; holds no lock."""
+    deadline = time.monotonic() + query.wait
+    for _ in range(int(query.wait / POLL_SECONDS) + 2):
+        state = await current_state(client, session_id)
+        records = core.changes_after(state, query.after, query.limit)
+        left = deadline - time.monotonic()
+        if records or left <= 0:
+            return state["cursor"], records
+        await asyncio.sleep(min(POLL_SECONDS, left))
+    return state["cursor"], records
+
+
+@bp.route(route="sessions/{sessionId}/changes", methods=["GET"])
+@bp.durable_client_input(client_name="client")
+async def get_changes(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient
+) -> func.HttpResponse:
+    try:
+        session_id = inputs.session_id(req.route_params.get("sessionId"))
+        query = inputs.changes_query(req.params)
+        latest, records = await follow(client, session_id, query)
+    except KernelError as exc:
+        return failure(exc)
+    cursor = records[-1]["cursor"] if records else query.after
+    return reply(
+        {
+            "sessionId": session_id,
+            "after": query.after,
+            "cursor": cursor,
+            "latest": latest,
+            "changes": records,
+        }
+    )
+
+
+async def unheld_submission(
+    client: df.DurableOrchestrationClient, session_id: str, submission_id: str
+) -> dict[str, Any]:
+    """A submission the session does not hold (yet): accepted and in flight, or rejected."""
+    status = await client.get_status(ids.turn_instance_id(session_id, submission_id))
+    if not status or not status.runtime_status:
+        raise NotFoundError(
+            "submission_not_found", f"no submission {submission_id!r}", "submissionId"
+        )
+    output = status.output if isinstance(status.output, dict) else {}
+    body = {"id": submission_id, "status": "accepted", "position": None, "answer": None}
+    if output.get("ok") is False:
+        body.update(status="rejected", error=output.get("error"))
+    return body
 
 
 @bp.route(route="sessions/{sessionId}/submissions/{submissionId}", methods=["GET"])
 @bp.durable_client_input(client_name="client")
-async def get_submission(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
+async def get_submission(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient
+) -> func.HttpResponse:
     try:
-        session_id = ids.validate_session_id(req.route_params.get("sessionId"), "sessionId")
+        session_id = inputs.session_id(req.route_params.get("sessionId"))
+        submission_id = inputs.submission_id(req.route_params.get("submissionId"))
         state = await read_state(client, session_id)
-        if state is None:
-            return error("session_not_found", f"no session {session_id!r}", "sessionId", 404)
-        return reply(core.submission_view(state, req.route_params.get("submissionId", "")))
+        if state is not None and submission_id in state.get("submissions", {}):
+            return reply(core.submission_view(state, submission_id))
+        return reply(await unheld_submission(client, session_id, submission_id))
     except KernelError as exc:
-        return reply(exc.to_dict(), exc.http_status)
+        return failure(exc)
+
+
+# --- delete ---------------------------------------------------------------------------
+
+
+@bp.route(route="sessions/{sessionId}", methods=["DELETE"])
+@bp.durable_client_input(client_name="client")
+async def delete_session(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient
+) -> func.HttpResponse:
+    try:
+        session_id = inputs.session_id(req.route_params.get("sessionId"))
+        purged = await purge.delete_session(client, session_id, read_state)
+    except KernelError as exc:
+        return failure(exc)
+    return reply({"sessionId": session_id, "deleted": True, "instancesPurged": purged})

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -58,19 +59,43 @@ def spawn(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], 
     raise SystemExit(f"{args[2]} did not start")
 
 
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def task_label(task_id: str) -> str:
+    """What follows the submission id: ``turn``, ``run:round-2``, ``tool:3:0:notices:mail-4``."""
+    match = _UUID.search(task_id)
+    rest = task_id[match.end():].lstrip(":") if match else task_id
+    return rest or "turn"
+
+
+def entry_text(entry: dict[str, Any]) -> str:
+    data = entry.get("data") or {}
+    calls = data.get("tool_calls") or []
+    if calls:
+        return "asks for " + ", ".join(c["name"] for c in calls)
+    kind = entry.get("kind")
+    if kind == "tool_intent":
+        return f"intent: {data.get('name')} {json.dumps(data.get('arguments', {}))} ({data.get('policy')})"
+    if kind == "tool_outcome":
+        return f"completed: {data.get('name')} ok={data.get('ok')} runs={data.get('runs')}"
+    text = (entry.get("text") or "").strip()
+    if not text and "result" in data:
+        text = f"result of {data.get('name')}: {json.dumps(data['result'])}"
+    first, _, more = text.partition("\n")
+    return first[:80] + (" ..." if more or len(first) > 80 else "")
+
+
 def describe(item: dict[str, Any], view: dict[str, Any]) -> str | None:
     kind = item.get("type")
     if kind == "entry":
         entry = next((e for e in view.get("entries", []) if e["n"] == item["n"]), {})
-        text = entry.get("text") or ""
-        calls = (entry.get("data") or {}).get("tool_calls") or []
-        if calls:
-            text = "asks for " + ", ".join(c["name"] for c in calls)
-        return f"  entry #{item['n']:<3} {item['role']:<9} {text[:90]}"
+        label = f"{item['role']}/{item.get('kind') or 'message'}"
+        return f"  entry #{item['n']:<3} {label:<22} {entry_text(entry)}"
     if kind == "task":
-        return f"  task   {item['id'][-48:]:<48} {item.get('status') or '':<10} {item.get('phase') or ''}"
+        return f"  task   {task_label(item['id']):<34} {item.get('status') or '':<11} {item.get('phase') or ''}"
     if kind == "document":
-        return f"  doc    {item['id']:<24} v{item['version']} ({item['doc_type']})"
+        return f"  doc    {item['id'][:34]:<34} v{item['version']} ({item['doc_type']})"
     if kind == "submission":
         return f"  submission {item['id'][:8]}... {item['status']}"
     return None
@@ -132,7 +157,8 @@ def run(base: str, mail_url: str, exit_when_done: bool) -> int:
     sub = follow(base, session_id, accepted["submissionId"], time.monotonic() + 300)
     _, stats = http("GET", f"{mail_url}/stats")
     print(f"\nsubmission {sub['status']}:\n{sub.get('answer') or ''}")
-    print(f"\nmail service deliveries per recipient: {json.dumps((stats or {}).get('deliveries_per_recipient', stats))}")
+    deliveries = (stats or {}).get("deliveriesByRecipient", stats)
+    print(f"\nmail service deliveries per recipient: {json.dumps(deliveries)}")
     print(f"watch the session: {base}/api/sessions/{session_id}/page")
     if exit_when_done:
         return 0 if sub["status"] == "completed" else 1

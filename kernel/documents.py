@@ -14,10 +14,11 @@ Contract:
 
 Types:
 * ``note``         ``{title, text}``
-* ``notice_plan``  ``{recipients, subject, body_ref, policy, receipts}``: 1..50 distinct
+* ``notice_plan``  ``{recipients, subject, body_ref, policy, receipts, summary}``: 1..50 distinct
   addresses (compared case-insensitively, since mail systems treat them so and a notice must
   not reach one person twice); ``body_ref`` is a content ref or a document id;
-  ``policy`` is ``allSettled`` or ``failFast``; ``receipts`` maps a recipient to its receipt.
+  ``policy`` is ``allSettled`` or ``failFast``; ``receipts`` maps a recipient to its receipt;
+  ``summary`` (optional, at most 1,000 characters) is the outcome once the run has settled.
 * ``json``         any JSON value.
 """
 
@@ -68,6 +69,7 @@ class NoticePlan(_Document):
     body_ref: Annotated[str, Field(pattern=f"{CONTENT_REF_PATTERN}|{DOCUMENT_ID_PATTERN}")]
     policy: Literal["allSettled", "failFast"] = "allSettled"
     receipts: dict[str, dict[str, JsonValue]] = Field(default_factory=dict)
+    summary: Annotated[str, Field(max_length=1000)] | None = None
 
     @pydantic.field_validator("recipients")
     @classmethod

@@ -38,7 +38,8 @@ tested.
 Tool results are read from ``data.result`` when present, else from ``text`` (parsed as JSON when
 it is JSON). A result that is ``{"ok": false, ...}`` (or an entry with ``data.ok == false``) is a
 failure and is reported with its ``kind`` and ``message``. ``send_notices`` results are expected
-as ``{"results": [{"recipient", "outcome", "detail"?}]}``.
+as ``{"results": [{"recipient", "outcome", "detail"?}]}``; they are listed per recipient even
+when the send as a whole failed (some recipients not confirmed).
 """
 
 from __future__ import annotations
@@ -209,8 +210,12 @@ def _summary(steps: list[_Step], results: Mapping[str, Entry], turn: int) -> str
         outcome = _Outcome.of(results[_call_id(turn, round_no)])
         if outcome.ok:
             lines.extend(_SUCCESS[step.tool](step.arguments, outcome.payload))
-        else:
-            lines.append(f"{step.tool} did not complete ({outcome.kind}): {outcome.message}")
+            continue
+        lines.append(f"{step.tool} did not complete ({outcome.kind}): {outcome.message}")
+        if step.tool == "send_notices" and isinstance(_field(outcome.payload, "results"), list):
+            # A partly failed send still reports every recipient: the user must see which
+            # notices went out and which did not.
+            lines.extend(_notices(step.arguments, outcome.payload)[1:])
     return "\n".join(lines)
 
 

@@ -22,6 +22,8 @@ Validation (the tool task's *call* phase) is two steps, and both report problems
 1. the argument model checks shape: types, lengths, e-mail syntax, unknown fields (rejected);
 2. ``precheck`` checks meaning the schema cannot express (an expression that parses, distinct
    recipients). Each problem is a string ``"<argument>: <what is wrong>"``.
+``note_document_id(title)`` names the session document the note tools read and write.
+
 ``validate_call`` returns ``(True, final_args)`` — the canonical JSON arguments to save with
 the intent and to execute with — or ``(False, error)`` where ``error`` is an envelope
 ``{"ok": false, "kind": "invalid_arguments"|"unknown_tool", "tool", "field", "message",
@@ -31,6 +33,8 @@ input from a model.
 
 from __future__ import annotations
 
+import re
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,7 +42,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
-from kernel import calculator, documents
+from kernel import calculator, documents, ids
 from kernel.errors import join_path
 from kernel.model_io import JsonObject, JsonValue
 
@@ -222,6 +226,17 @@ def validate_call(name: str, arguments: object) -> tuple[bool, JsonObject]:
         return False, _invalid(name, [_split_problem(p) for p in problems]).to_dict()
     final_args: JsonObject = args.model_dump(mode="json")
     return True, final_args
+
+
+def note_document_id(title: str) -> str:
+    """The session document the note tools use for ``title``: one per title, case-insensitive.
+
+    A readable slug plus a hash of the whole title, so different titles never share a document
+    and the id always matches the document id pattern, whatever characters the title has.
+    """
+    key = title.strip().casefold()
+    slug = re.sub(r"[^a-z0-9]+", "-", key).strip("-")[:40] or "note"
+    return f"note.{slug}.{uuid.uuid5(ids.NAMESPACE, 'note:' + key).hex[:12]}"
 
 
 def openai_tool_specs() -> list[JsonObject]:

@@ -6,8 +6,10 @@ activities, commits).
 
 Contract:
 * ``TurnLimits.from_settings(app_settings)`` reads ``AGENT_<FIELD>`` settings (``AGENT_MAX_ROUNDS``,
-  ``AGENT_MODEL_TIMEOUT_S`` ...) with defaults; a bad value raises ``TurnSettingsError`` naming the
-  setting. ``to_dict``/``from_dict`` carry limits through orchestration input as JSON.
+  ``AGENT_MODEL_TIMEOUT_S``, ``AGENT_APPROVAL_TIMEOUT_S``, ``AGENT_ATTENTION_TIMEOUT_S``,
+  ``AGENT_MAX_CONCURRENT_MODEL_CALLS``, ``AGENT_TOOL_LEASE_S`` ...) with defaults; a bad value
+  raises ``TurnSettingsError`` naming the setting. ``to_dict``/``from_dict`` carry limits
+  through orchestration input as JSON.
 * ``next_retry_delay(attempt, result, limits)``: seconds to wait before the next model attempt,
   or None when there must be none (success, ``fatal``, or ``max_model_attempts`` used up).
   The delay is ``base * 2**(attempt-1)`` capped at ``max_backoff_s``, except that a
@@ -72,6 +74,14 @@ class TurnLimits:
     max_model_attempts: int = 5
     base_backoff_s: float = 2.0
     max_backoff_s: float = 60.0
+    # How long a tool that needs a person waits for a decision before it counts as rejected.
+    approval_timeout_s: float = 3600.0
+    # How long a turn parked as needs_attention waits for an operator before it fails.
+    attention_timeout_s: float = 604_800.0
+    # Model calls running at once across all sessions (the model-call semaphore).
+    max_concurrent_model_calls: int = 4
+    # Lease of a tool attempt record; a running tool renews it, a crashed one lets it expire.
+    tool_lease_s: float = 30.0
 
     def __post_init__(self) -> None:
         for spec in fields(self):

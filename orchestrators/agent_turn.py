@@ -1,19 +1,30 @@
 """``agent_turn``: one orchestration per submission, from acceptance to the final answer.
 
-Phases (mirrored in a small custom status ``{"phase", "round"}`` and in the session's task
-graph): accept -> queued (waits for its turn) -> request (a model call) -> answer.
+Input (the job, written by the HTTP API): ``{session_id, request_id, submission_id, text |
+text_ref}``; the instance id is ``{session}:turn:{submission}`` (``kernel.ids``). Output:
+``{"ok": true, "status", "answer", "duplicate"}`` or ``{"ok": false, "error"}`` when the
+session refused the submission (e.g. ``queue_full``).
 
-1. ``accept`` in the session entity is the authoritative first-wins check: a duplicate
-   submission returns the original outcome (a retry after completion converges on it).
+Phases (mirrored in a small custom status ``{"phase", ...}`` and in the session's task graph):
+accept -> queued (waits for its turn) -> run (the ``agent_run`` sub-orchestration) ->
+finishing -> done.
+
+1. ``accept`` in the session entity is the authoritative first-wins check. A duplicate of a
+   final submission returns the stored outcome and runs nothing: this is what makes a start
+   that raced with a retry (or restarted a completed instance id) converge on the original.
 2. One active turn per session: a queued submission waits for its own event
-   ``turn:{submission}``, raced with a polling timer as a safety net. When the timer wins
-   and the entity still says "queued", the orchestration continues as new with the same
-   input instead of waiting on the same event name again (a second wait on one name would
-   be matched to the abandoned first one); ``accept`` is first-wins, so re-running it is a
-   no-op, and an event raised in between is carried over to the new execution.
-3. The turn itself: model calls are activities that get the session id, never the transcript.
-4. ``finish`` (a commit with a final status) hands the turn over: the next submission's
-   orchestration gets its event through the ``hand_over`` activity.
+   ``turn:{submission}``, raced with a polling timer as a safety net. When the timer wins, the
+   orchestration asks the session: still queued -> continue as new with the same input (a
+   second wait on one event name would be matched to the abandoned first one; ``accept`` is
+   first-wins, so repeating it is a no-op, and an event raised in between is carried over);
+   final (cancelled while queued) -> stop; active -> run.
+3. The run is ``agent_run`` (child id ``{turn}:run``), called with the job plus
+   ``turn_instance_id``; it returns ``{"status": completed|failed|cancelled|needs_attention,
+   "answer", "reason"}``. A child that fails or returns something else counts as ``failed``,
+   so the submission is always finished and the session never stays blocked.
+4. One commit records the run's reason on the turn task and makes the submission final (if it
+   is refused, ``finish`` - idempotent, first wins - ends it anyway); the result names the next
+   submission, whose orchestration gets ``turn:{next}`` through the ``hand_over`` activity.
 """
 
 from __future__ import annotations
@@ -25,9 +36,13 @@ from typing import Any
 import azure.durable_functions as df
 
 from kernel import ids
+from kernel.content import REFERENCE_THRESHOLD_BYTES
+from kernel.requests import MAX_REASON_CHARS
 
 bp = df.Blueprint()
 QUEUE_POLL = timedelta(seconds=30)
+FINAL = ("completed", "failed", "cancelled")
+ELLIPSIS = "…"
 
 
 def session_entity(session_id: str) -> df.EntityId:
@@ -38,49 +53,154 @@ def status(context: df.DurableOrchestrationContext, phase: str, **extra: Any) ->
     context.set_custom_status({"phase": phase, **extra})
 
 
+def accept_request(job: dict[str, Any]) -> dict[str, Any]:
+    request = {"request_id": job["request_id"], "submission_id": job["submission_id"]}
+    request.update({k: job[k] for k in ("text", "text_ref") if job.get(k) is not None})
+    return request
+
+
+def finish_status(outcome: Any) -> tuple[str, str | None, str | None]:
+    """(final status, answer, reason) for whatever ``agent_run`` returned.
+
+    ``needs_attention`` ends the submission as ``failed``: the turn gives the queue back, and
+    the reason says a person is needed.
+    """
+    if not isinstance(outcome, dict):
+        return "failed", None, "the run returned no outcome"
+    answer = outcome.get("answer") if isinstance(outcome.get("answer"), str) else None
+    reason = outcome.get("reason") if isinstance(outcome.get("reason"), str) else None
+    run_status = outcome.get("status")
+    if run_status in FINAL:
+        return run_status, answer, reason
+    if run_status == "needs_attention":
+        return "failed", answer, reason or "needs attention"
+    return "failed", answer, reason or f"the run ended with status {run_status!r}"
+
+
+def clip_inline(text: str | None, limit: int = REFERENCE_THRESHOLD_BYTES) -> str | None:
+    """``text`` cut to at most ``limit`` UTF-8 bytes (ending in an ellipsis when cut).
+
+    The submission's ``answer`` is kept inline; the full text is in the run's assistant entry.
+    """
+    if text is None or len(text.encode("utf-8")) <= limit:
+        return text or None
+    room = limit - len(ELLIPSIS.encode("utf-8"))
+    return text.encode("utf-8")[:room].decode("utf-8", errors="ignore") + ELLIPSIS
+
+
+def finish_commit(
+    job: dict[str, Any], turn_id: str, final: str, answer: str | None, reason: str | None
+) -> dict[str, Any]:
+    """One commit that records why the turn ended and makes the submission final."""
+    request: dict[str, Any] = {
+        "submission_id": job["submission_id"],
+        "submission": {"status": final, "answer": clip_inline(answer)},
+    }
+    if reason:
+        request["tasks"] = [{"id": turn_id, "reason": reason[:MAX_REASON_CHARS]}]
+    return request
+
+
+def task_update(turn_id: str, task_status: str, phase: str) -> dict[str, Any]:
+    return {"tasks": [{"id": turn_id, "kind": "turn", "status": task_status, "phase": phase}]}
+
+
 @bp.orchestration_trigger(context_name="context")
 def agent_turn(context: df.DurableOrchestrationContext) -> Generator[Any, Any, dict[str, Any]]:
     job: dict[str, Any] = context.get_input()
-    session_id, submission_id = job["session_id"], job["submission_id"]
-    entity = session_entity(session_id)
+    entity = session_entity(job["session_id"])
+    submission_id = job["submission_id"]
     status(context, "accept")
-    request = {"request_id": job["request_id"], "submission_id": submission_id}
-    request.update({k: job[k] for k in ("text", "text_ref") if job.get(k) is not None})
-    accepted = yield context.call_entity(entity, "accept", request)
+    accepted = yield context.call_entity(entity, "accept", accept_request(job))
     if not accepted["ok"]:
+        status(context, "rejected", error=accepted["error"]["error"])
         return {"ok": False, "error": accepted["error"]}
     result = accepted["result"]
-    if result.get("duplicate") and result["status"] in ("completed", "failed", "cancelled"):
-        view = yield context.call_entity(entity, "submission_view", {"submission_id": submission_id})
-        return {"ok": True, "duplicate": True, "submission": view.get("result")}
+    if result["status"] in FINAL:
+        return (yield from stored_outcome(context, entity, submission_id))
     if result["status"] == "queued":
-        status(context, "queued")
-        handed = context.wait_for_external_event(f"turn:{submission_id}")
-        poll = context.create_timer(context.current_utc_datetime + QUEUE_POLL)
-        winner = yield context.task_any([handed, poll])
-        if winner == handed:
-            poll.cancel()
-        else:
-            view = yield context.call_entity(entity, "submission_view", {"submission_id": submission_id})
-            if view["ok"] and view["result"]["status"] == "queued":
-                context.continue_as_new(job)
-                return {"ok": True, "status": "queued"}
-    outcome = yield context.call_sub_orchestrator(
-        "agent_run", {**job, "turn_instance_id": context.instance_id},
-        ids.child_task_id(context.instance_id, "run"),
-    )
+        if not result["duplicate"]:
+            yield context.call_entity(
+                entity, "commit", task_update(context.instance_id, "waiting", "queued")
+            )
+        turn = yield from wait_for_turn(context, entity, submission_id)
+        if turn == "queued":
+            context.continue_as_new(job)
+            return {"ok": True, "status": "queued"}
+        if turn in FINAL:
+            return (yield from stored_outcome(context, entity, submission_id))
+    return (yield from run_and_finish(context, entity, job))
+
+
+def wait_for_turn(
+    context: df.DurableOrchestrationContext, entity: df.EntityId, submission_id: str
+) -> Generator[Any, Any, str]:
+    """Wait for the hand-over event or the poll timer; the submission's status afterwards."""
+    status(context, "queued")
+    handed = context.wait_for_external_event(f"turn:{submission_id}")
+    poll = context.create_timer(context.current_utc_datetime + QUEUE_POLL)
+    winner = yield context.task_any([handed, poll])
+    if winner == handed:
+        poll.cancel()
+        return "active"
+    view = yield context.call_entity(entity, "submission_view", {"submission_id": submission_id})
+    return view["result"]["status"] if view["ok"] else "failed"
+
+
+def run_and_finish(
+    context: df.DurableOrchestrationContext, entity: df.EntityId, job: dict[str, Any]
+) -> Generator[Any, Any, dict[str, Any]]:
+    turn_id = context.instance_id
+    status(context, "run")
+    yield context.call_entity(entity, "commit", task_update(turn_id, "running", "run"))
+    try:
+        outcome = yield context.call_sub_orchestrator(
+            "agent_run", {**job, "turn_instance_id": turn_id}, ids.child_task_id(turn_id, "run")
+        )
+    except Exception as exc:  # noqa: BLE001 - a failed child still finishes the submission
+        outcome = {"status": "failed", "answer": None, "reason": str(exc)[:500]}
+    final, answer, reason = finish_status(outcome)
     status(context, "finishing")
     finished = yield context.call_entity(
-        entity, "finish",
-        {"submission_id": submission_id, "status": outcome.get("status", "failed"),
-         "answer": (outcome.get("answer") or "")[:4000] or None},
+        entity, "commit", finish_commit(job, turn_id, final, answer, reason)
     )
-    next_id = (finished.get("result") or {}).get("next_submission_id")
+    if not finished["ok"]:
+        # Refused (a finish raced in, or the answer is not storable): finish is idempotent and
+        # first-wins, so this ends the submission whatever happened.
+        finished = yield context.call_entity(
+            entity,
+            "finish",
+            {
+                "submission_id": job["submission_id"],
+                "status": final,
+            },
+        )
+    stored = (finished.get("result") or {}) if finished["ok"] else {}
+    next_id = stored.get("next_submission_id")
     if next_id:
         yield context.call_activity(
             "hand_over",
-            {"instance_id": ids.turn_instance_id(session_id, next_id), "event": f"turn:{next_id}"},
+            {
+                "instance_id": ids.turn_instance_id(job["session_id"], next_id),
+                "event": f"turn:{next_id}",
+            },
         )
-    status(context, "done", status=outcome.get("status"))
-    return {"ok": True, "status": outcome.get("status"), "answer": outcome.get("answer")}
+    final = stored.get("status", final)
+    status(context, "done", status=final)
+    return {"ok": True, "status": final, "answer": answer, "reason": reason, "duplicate": False}
 
+
+def stored_outcome(
+    context: df.DurableOrchestrationContext, entity: df.EntityId, submission_id: str
+) -> Generator[Any, Any, dict[str, Any]]:
+    """The outcome the session holds for a submission that is already final."""
+    view = yield context.call_entity(entity, "submission_view", {"submission_id": submission_id})
+    sub = view.get("result") or {}
+    status(context, "done", status=sub.get("status"), duplicate=True)
+    return {
+        "ok": True,
+        "status": sub.get("status"),
+        "answer": sub.get("answer"),
+        "reason": None,
+        "duplicate": True,
+    }

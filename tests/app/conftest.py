@@ -17,7 +17,12 @@ from tests.harness import ROOT, HostProcess, store_spec_for, store_specs
 
 
 def kernel_env(tmp: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    return {"AGENT_CONTENT_DIR": str(tmp / "content"), **(extra or {})}
+    return {
+        "AGENT_CONTENT_DIR": str(tmp / "content"),
+        "AGENT_LEDGER_DIR": str(tmp / "ledger"),
+        "AGENT_TOOL_LEDGER_FILE": str(tmp / "tool-ledger.txt"),
+        **(extra or {}),
+    }
 
 
 @pytest.fixture(scope="module", params=store_specs())

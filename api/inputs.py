@@ -1,0 +1,122 @@
+"""What the sessions HTTP API accepts: parsing and validation of bodies and queries. Pure.
+
+Every function returns clean values or raises a ``kernel.errors.ValidationError`` whose
+``field`` names the offending part of the request (``requestId``, ``text``, ``after``,
+``wait``, ``limit``, ``body``, ``sessionId``, ``submissionId``), so the handler answers 400 with
+``{"error", "message", "field"}`` before anything is stored.
+
+Limits (documented in docs/api.md and docs/openapi.yaml):
+* a submission body is a JSON object of at most ``MAX_BODY_BYTES`` with exactly the keys
+  ``requestId`` (1..128 printable characters) and ``text`` (1..32,000 characters, not only
+  whitespace);
+* ``after`` is a non-negative integer; ``wait`` a number of seconds >= 0, capped at
+  ``MAX_WAIT_SECONDS``; ``limit`` an integer in 1..``MAX_LIMIT``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kernel import ids
+from kernel.errors import ValidationError
+from kernel.requests import MAX_TEXT_CHARS
+
+MAX_BODY_BYTES = 256 * 1024
+MAX_WAIT_SECONDS = 60.0
+MAX_LIMIT = 1_000
+SUBMISSION_KEYS = ("requestId", "text")
+_INTEGER = re.compile(r"^[0-9]{1,18}$")
+
+
+@dataclass(frozen=True)
+class Submission:
+    request_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class ChangesQuery:
+    after: int
+    wait: float
+    limit: int | None
+
+
+def session_id(value: object) -> str:
+    return ids.validate_session_id(value, "sessionId")
+
+
+def submission_id(value: object) -> str:
+    try:
+        return ids.validate_key(value, "submissionId")
+    except ValidationError as exc:
+        raise ValidationError("invalid_submission_id", exc.message, "submissionId") from exc
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    if len(raw) > MAX_BODY_BYTES:
+        raise ValidationError("body_too_large", f"the body exceeds {MAX_BODY_BYTES} bytes", "body")
+    try:
+        body = json.loads(raw.decode("utf-8")) if raw.strip() else None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValidationError("invalid_json", "the body is not valid UTF-8 JSON", "body") from exc
+    if not isinstance(body, dict):
+        raise ValidationError("invalid_body", "the body must be a JSON object", "body")
+    return body
+
+
+def submission(raw: bytes) -> Submission:
+    body = json_object(raw)
+    for key in body:
+        if key not in SUBMISSION_KEYS:
+            raise ValidationError("unknown_field", f"unknown field {key!r}", key)
+    for key in SUBMISSION_KEYS:
+        if key not in body or body[key] is None:
+            raise ValidationError("missing_field", f"{key} is required", key)
+    request_id = ids.validate_request_id(body["requestId"], "requestId")
+    return Submission(request_id, _text(body["text"]))
+
+
+def _text(text: object) -> str:
+    if not isinstance(text, str):
+        raise ValidationError("invalid_text", "text must be a string", "text")
+    if not text.strip():
+        raise ValidationError("empty_text", "text must not be empty or only whitespace", "text")
+    if len(text) > MAX_TEXT_CHARS:
+        raise ValidationError(
+            "text_too_long", f"text is longer than {MAX_TEXT_CHARS} characters", "text"
+        )
+    return text
+
+
+def changes_query(params: Mapping[str, str]) -> ChangesQuery:
+    after = params.get("after")
+    if after is None or not _INTEGER.match(after):
+        raise ValidationError("invalid_cursor", "after must be an integer >= 0", "after")
+    return ChangesQuery(int(after), _wait(params.get("wait")), _limit(params.get("limit")))
+
+
+def _wait(text: str | None) -> float:
+    if text is None or text == "":
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0:
+        raise ValidationError("invalid_wait", "wait must be a number of seconds >= 0", "wait")
+    return min(value, MAX_WAIT_SECONDS)
+
+
+def _limit(text: str | None) -> int | None:
+    if text is None or text == "":
+        return None
+    if not _INTEGER.match(text) or not 1 <= int(text) <= MAX_LIMIT:
+        raise ValidationError(
+            "invalid_limit", f"limit must be an integer in 1..{MAX_LIMIT}", "limit"
+        )
+    return int(text)

@@ -1,0 +1,134 @@
+"""HTTP API for people in the loop: operator decisions on parked turns, and tool approvals.
+
+* ``POST /api/sessions/{sessionId}/submissions/{submissionId}/operator``
+  ``{"requestId", "action": "retry"|"abort"}``: for a turn parked as ``needs_attention``, raise
+  the run's operator event (its unique name is in the run's custom status). ``retry`` runs the
+  parked round again from the last committed round; ``abort`` ends the turn as ``failed``.
+* ``POST /api/sessions/{sessionId}/approvals/{toolTaskId}``
+  ``{"requestId", "decision": "approve"|"reject"}``: for a tool task waiting for approval,
+  raise ``approval:{toolTaskId}``.
+
+Both answer 202 ``{"accepted": true, "duplicate", ...}`` once the event is durable; repeating a
+request with the same ``requestId`` is harmless and answers 202 with ``"duplicate": true``
+(the orchestration publishes the decision it took, with its request id, in its custom status).
+409 when the target is not waiting for that decision (a second, different decision included);
+404 when there is no such turn or tool task in this session; 400 for a bad body, with the
+``{"error", "message", "field"}`` body every API error has.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import azure.durable_functions as df
+import azure.functions as func
+
+from kernel import ids
+from kernel.errors import KernelError, ValidationError
+
+bp = df.Blueprint()
+ACTIONS = ("retry", "abort")
+DECISIONS = ("approve", "reject")
+
+
+def reply(body: Any, status: int) -> func.HttpResponse:
+    return func.HttpResponse(json.dumps(body), status_code=status, mimetype="application/json")
+
+
+def error(code: str, message: str, field: str | None, status: int) -> func.HttpResponse:
+    return reply({"error": code, "message": message, "field": field}, status)
+
+
+def _decision(req: func.HttpRequest, field: str, allowed: tuple[str, ...]) -> tuple[str, str]:
+    try:
+        body = req.get_json()
+    except ValueError as exc:
+        raise ValidationError("invalid_json", "the request body is not valid JSON", None) from exc
+    if not isinstance(body, dict):
+        raise ValidationError("invalid_body", "the request body must be a JSON object", None)
+    unknown = sorted(set(body) - {"requestId", field})
+    if unknown:
+        raise ValidationError("invalid_body", f"unknown field {unknown[0]!r}", unknown[0])
+    request_id = ids.validate_request_id(body.get("requestId"), "requestId")
+    value = body.get(field)
+    if value not in allowed:
+        raise ValidationError(
+            f"invalid_{field}", f"{field} must be one of {', '.join(allowed)}", field
+        )
+    return request_id, value
+
+
+async def _custom_status(
+    client: df.DurableOrchestrationClient, instance_id: str, session_id: str
+) -> tuple[str, dict[str, Any]] | None:
+    """(runtime status, custom status) of an instance that belongs to ``session_id``."""
+    status = await client.get_status(instance_id, show_input=True)
+    if not status or not status.runtime_status:
+        return None
+    given = status.input_
+    given = json.loads(given) if isinstance(given, str) else given
+    if not isinstance(given, dict) or given.get("session_id") != session_id:
+        return None
+    custom = status.custom_status
+    custom = json.loads(custom) if isinstance(custom, str) else custom
+    return status.runtime_status.value, custom if isinstance(custom, dict) else {}
+
+
+async def _decide(
+    client: df.DurableOrchestrationClient,
+    instance_id: str,
+    session_id: str,
+    waiting_phase: str,
+    decided_key: str,
+    request_id: str,
+    payload: dict[str, Any],
+) -> func.HttpResponse:
+    found = await _custom_status(client, instance_id, session_id)
+    if found is None:
+        return error(
+            "not_found", f"no {waiting_phase} target {instance_id!r} in this session", None, 404
+        )
+    runtime, custom = found
+    taken = custom.get(decided_key) or {}
+    if taken.get("request_id") == request_id:
+        return reply(
+            {"accepted": True, "duplicate": True, "instanceId": instance_id, **payload}, 202
+        )
+    if runtime != "Running" or custom.get("phase") != waiting_phase or not custom.get("event"):
+        return error("not_waiting", f"{instance_id!r} is not waiting for a decision", None, 409)
+    await client.raise_event(instance_id, custom["event"], {"requestId": request_id, **payload})
+    return reply({"accepted": True, "duplicate": False, "instanceId": instance_id, **payload}, 202)
+
+
+@bp.route(route="sessions/{sessionId}/submissions/{submissionId}/operator", methods=["POST"])
+@bp.durable_client_input(client_name="client")
+async def operator(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient
+) -> func.HttpResponse:
+    try:
+        session_id = ids.validate_session_id(req.route_params.get("sessionId"), "sessionId")
+        submission_id = ids.validate_key(req.route_params.get("submissionId"), "submissionId")
+        request_id, action = _decision(req, "action", ACTIONS)
+    except KernelError as exc:
+        return reply(exc.to_dict(), exc.http_status)
+    run_id = ids.child_task_id(ids.turn_instance_id(session_id, submission_id), "run")
+    return await _decide(
+        client, run_id, session_id, "needs_attention", "operator", request_id, {"action": action}
+    )
+
+
+@bp.route(route="sessions/{sessionId}/approvals/{toolTaskId}", methods=["POST"])
+@bp.durable_client_input(client_name="client")
+async def approval(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient
+) -> func.HttpResponse:
+    try:
+        session_id = ids.validate_session_id(req.route_params.get("sessionId"), "sessionId")
+        task_id = ids.validate_instance_id(req.route_params.get("toolTaskId"), "toolTaskId")
+        request_id, decision = _decision(req, "decision", DECISIONS)
+    except KernelError as exc:
+        return reply(exc.to_dict(), exc.http_status)
+    return await _decide(
+        client, task_id, session_id, "approval", "approval", request_id, {"decision": decision}
+    )

@@ -1,0 +1,63 @@
+"""Files the app serves as they are: the live session page, its script, the OpenAPI document.
+
+``GET /api/sessions/{sessionId}/page`` is plain HTML (no build step, nothing from a CDN); its
+script (``GET /api/static/session.js``) reads the session id from the page's own path and
+follows the session through the JSON API alone: it reads the view, follows
+``changes?after=&wait=`` from the view's cursor, and re-reads the view whenever records
+arrive (or from scratch when the cursor expired). ``GET /api/openapi.yaml`` is
+docs/openapi.yaml (a deployment must include that file; .funcignore decides). Only the files
+named in ``STATIC`` are served.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import azure.durable_functions as df
+import azure.functions as func
+
+from api import inputs
+from api.sessions import failure
+from kernel.errors import KernelError, NotFoundError
+
+bp = df.Blueprint()
+HERE = Path(__file__).resolve().parent
+OPENAPI = HERE.parent / "docs" / "openapi.yaml"
+STATIC = {
+    "session.js": "text/javascript",
+    "session.css": "text/css",
+}
+
+
+def file_response(path: Path, mimetype: str) -> func.HttpResponse:
+    return func.HttpResponse(
+        path.read_bytes(),
+        status_code=200,
+        mimetype=mimetype,
+        charset="utf-8",
+        headers={"Cache-Control": "no-cache"},
+    )
+
+
+@bp.route(route="sessions/{sessionId}/page", methods=["GET"])
+def session_page(req: func.HttpRequest) -> func.HttpResponse:
+    try:
+        inputs.session_id(req.route_params.get("sessionId"))
+    except KernelError as exc:
+        return failure(exc)
+    return file_response(HERE / "static" / "session.html", "text/html")
+
+
+@bp.route(route="static/{name}", methods=["GET"])
+def static_file(req: func.HttpRequest) -> func.HttpResponse:
+    name = req.route_params.get("name", "")
+    if name not in STATIC:
+        return failure(NotFoundError("file_not_found", f"no file {name!r}", "name"))
+    return file_response(HERE / "static" / name, STATIC[name])
+
+
+@bp.route(route="openapi.yaml", methods=["GET"])
+def openapi(req: func.HttpRequest) -> func.HttpResponse:
+    if not OPENAPI.is_file():  # a deployment package that leaves docs/ out
+        return failure(NotFoundError("file_not_found", "openapi.yaml is not deployed", None))
+    return file_response(OPENAPI, "application/yaml")

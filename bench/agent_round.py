@@ -1,0 +1,117 @@
+"""Benchmark an agent round on the durable host: storage commits, time and history size.
+
+One host process on a SQLite store, the offline planner as the model, one calculator tool
+per round. For turns of N tool rounds (plus the answer round) it reports, per round:
+
+* storage commits: episode commits + entity batches + activity completions, from the host's
+  ``/admin/host/metrics`` counters before and after the turn;
+* wall time per round (the turn's time from submit to final answer, divided by its rounds);
+* the history: events and bytes of ``agent_run`` (the only orchestration that lives for the
+  whole turn) and of all the turn's orchestrations together (turn, run, rounds, tool tasks),
+  read from the store's ``history`` table - both grow linearly with N;
+* the host's peak RSS.
+
+Usage: ``python bench/agent_round.py [--rounds 1,10,100]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.app.turn_support import run_id, submit, turn_env, wait_final  # noqa: E402
+from tests.harness import HostProcess  # noqa: E402
+
+
+def counters(host: HostProcess) -> dict[str, int]:
+    metrics = host.get("/admin/host/metrics").json()
+    return {k: int(metrics.get(k, 0)) for k in ("episodes", "entity_batches", "activity_runs")}
+
+
+def history_size(db: Path, where: str, *args: str) -> tuple[int, int]:
+    with sqlite3.connect(db) as conn:
+        count, size = conn.execute(
+            f"SELECT COUNT(*), COALESCE(SUM(LENGTH(event)), 0) FROM history WHERE {where}", args
+        ).fetchone()
+    return int(count), int(size)
+
+
+def peak_rss_mb(host: HostProcess) -> float:
+    assert host.process is not None
+    for line in Path(f"/proc/{host.process.pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def one_turn(host: HostProcess, db: Path, rounds: int, session: str) -> dict[str, float]:
+    text = " and then ".join(f"calculate {n}+{n}" for n in range(1, rounds + 1))
+    before = counters(host)
+    started = time.perf_counter()
+    sub = submit(host, session, text)
+    final = wait_final(host, session, sub, timeout=600)
+    elapsed = time.perf_counter() - started
+    assert final["status"] == "completed", final
+    after = counters(host)
+    commits = sum(after[k] - before[k] for k in after)
+    run = run_id(session, sub)
+    run_events, run_bytes = history_size(db, "instance_id = ?", run)
+    all_events, all_bytes = history_size(
+        db, "instance_id LIKE ? OR instance_id LIKE ?", f"{session}:turn:{sub}%", f"{sub}:%"
+    )
+    total_rounds = rounds + 1  # the answer is a round too
+    return {
+        "rounds": total_rounds,
+        "commits_per_round": commits / total_rounds,
+        "ms_per_round": elapsed * 1000 / total_rounds,
+        "run_events": run_events,
+        "run_kib": run_bytes / 1024,
+        "all_events": all_events,
+        "all_kib": all_bytes / 1024,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--rounds", default="1,10,100", help="tool rounds per turn, comma-separated"
+    )
+    sizes = [int(n) for n in parser.parse_args().rounds.split(",")]
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "bench.db"
+        env = turn_env(Path(tmp), {"AGENT_MAX_ROUNDS": str(max(sizes) + 2)})
+        host = HostProcess(ROOT, f"sqlite:{db}", env=env).start()
+        try:
+            print("warming up ...", flush=True)
+            one_turn(host, db, 1, "warmup")
+            results = []
+            for size in sizes:
+                print(f"turn with {size} tool round(s) ...", flush=True)
+                results.append(one_turn(host, db, size, f"bench{size}"))
+            rss = peak_rss_mb(host)
+        finally:
+            host.kill()
+    print()
+    print(
+        f"{'rounds':>7} {'commits/round':>14} {'ms/round':>9} {'agent_run events':>17} "
+        f"{'agent_run KiB':>14} {'turn events':>12} {'turn KiB':>9} {'events/round':>13}"
+    )
+    for r in results:
+        print(
+            f"{r['rounds']:>7.0f} {r['commits_per_round']:>14.1f} {r['ms_per_round']:>9.1f} "
+            f"{r['run_events']:>17.0f} {r['run_kib']:>14.1f} {r['all_events']:>12.0f} "
+            f"{r['all_kib']:>9.1f} {r['all_events'] / r['rounds']:>13.1f}"
+        )
+    print(f"\nhost peak RSS: {rss:.0f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

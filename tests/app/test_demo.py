@@ -1,0 +1,21 @@
+"""The README's main job runs to the end: ``python -m demo --exit``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.harness import ROOT
+
+
+def test_demo_completes_and_sends_each_notice_once(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "demo", "--exit", "--port", "0", "--state-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "submission completed" in result.stdout
+    assert "(17 + 25) * 2 = 84" in result.stdout
+    assert result.stdout.count(": confirmed") == 5
+    assert '"alice@example.com": 1' in result.stdout

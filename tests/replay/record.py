@@ -1,0 +1,170 @@
+"""Record the golden histories of the turn's orchestrators from real runs on the durable host.
+
+    python -m tests.replay.record            # rewrites tests/replay/histories/*.json
+
+Each scenario runs on a fresh host with a SQLite store; the raw history of every instance of
+interest is read from the store's ``history(instance_id, seq, event)`` table, exactly as the
+host replays it, and written with the instance's name, parent and output. See docs/testing.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kernel import ids
+from tests.app.turn_support import (
+    ModelServer,
+    run_id,
+    submit,
+    turn_env,
+    wait_final,
+    wait_phase,
+)
+from tests.harness import ROOT, HostProcess
+
+HISTORIES = Path(__file__).resolve().parent / "histories"
+Recorder = Callable[[HostProcess, ModelServer], dict[str, str]]
+
+
+def tools_turn(host: HostProcess, model: ModelServer) -> dict[str, str]:
+    sub = submit(
+        host, "golden-tools", "calculate 2+3 and then remember plan: buy milk and then recall plan"
+    )
+    wait_final(host, "golden-tools", sub)
+    run = run_id("golden-tools", sub)
+    return {
+        "agent_run.tools": run,
+        "agent_round.tool_round": f"{run}:round-1",
+        "agent_round.answer": f"{run}:round-4",
+        "tool_task.calculator": ids.tool_task_id(sub, 1, 0),
+        "tool_task.write_document": ids.tool_task_id(sub, 2, 0),
+    }
+
+
+def approval(host: HostProcess, model: ModelServer) -> dict[str, str]:
+    sub = submit(host, "golden-approval", "remember old: eggs and then delete document old")
+    task = ids.tool_task_id(sub, 2, 0)
+    wait_phase(host, task, "approval")
+    host.post(
+        f"/api/sessions/golden-approval/approvals/{task}",
+        {"requestId": "a1", "decision": "approve"},
+    )
+    wait_final(host, "golden-approval", sub)
+    return {"tool_task.approval": task}
+
+
+def rate_limited(host: HostProcess, model: ModelServer) -> dict[str, str]:
+    refused: list[bool] = []
+
+    def once(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
+        if refused:
+            return None
+        refused.append(True)
+        return {"status": 429, "headers": {"Retry-After": "0.2"}}
+
+    model.script = once
+    sub = submit(host, "golden-retry", "what is 2+2")
+    wait_final(host, "golden-retry", sub)
+    return {"agent_round.retry": f"{run_id('golden-retry', sub)}:round-1"}
+
+
+def attention(host: HostProcess, model: ModelServer) -> dict[str, str]:
+    outage = {"on": True}
+    model.script = lambda messages: {"status": 503} if outage["on"] and len(messages) > 1 else None
+    sub = submit(host, "golden-attention", "calculate 1+1 and then calculate 2+2")
+    run = run_id("golden-attention", sub)
+    wait_phase(host, run, "needs_attention")
+    outage["on"] = False
+    host.post(
+        f"/api/sessions/golden-attention/submissions/{sub}/operator",
+        {"requestId": "o1", "action": "retry"},
+    )
+    wait_final(host, "golden-attention", sub)
+    return {"agent_run.attention": run, "agent_round.parked": f"{run}:round-2"}
+
+
+def slot_wait(host: HostProcess, model: ModelServer) -> dict[str, str]:
+    model.script = None
+    held = model.hold()
+    first = submit(host, "golden-slot-a", "what is 3+3")
+    held.arrived.wait(20)
+    second = submit(host, "golden-slot-b", "what is 4+4")
+    round_b = f"{run_id('golden-slot-b', second)}:round-1"
+    wait_phase(host, round_b, "waiting")
+    held.release()
+    wait_final(host, "golden-slot-a", first)
+    wait_final(host, "golden-slot-b", second)
+    return {"agent_round.slot_wait": round_b}
+
+
+OFFLINE: list[Recorder] = [tools_turn, approval]
+WITH_MODEL: list[Recorder] = [rate_limited, attention, slot_wait]
+
+
+def export(db: Path, instance_id: str) -> dict[str, Any]:
+    with sqlite3.connect(db) as conn:
+        name, output, parent = conn.execute(
+            "SELECT name, output, parent_instance_id FROM instances WHERE instance_id = ?",
+            (instance_id,),
+        ).fetchone()
+        events = [
+            json.loads(row[0])
+            for row in conn.execute(
+                "SELECT event FROM history WHERE instance_id = ? ORDER BY seq", (instance_id,)
+            )
+        ]
+    return {
+        "orchestrator": name,
+        "instance_id": instance_id,
+        "parent_instance_id": parent,
+        "output": json.loads(output) if output else None,
+        "events": events,
+    }
+
+
+def run(recorders: list[Recorder], model: ModelServer, env: dict[str, str], tmp: Path) -> int:
+    host = HostProcess(ROOT, f"sqlite:{tmp / 'golden.db'}", env=turn_env(tmp, env)).start()
+    try:
+        for recorder in recorders:
+            for label, instance_id in recorder(host, model).items():
+                recorded = export(tmp / "golden.db", instance_id)
+                text = json.dumps(recorded, indent=1, sort_keys=True)
+                if str(tmp) in text:
+                    raise SystemExit(f"{label}: the history names a machine path; not written")
+                (HISTORIES / f"{label}.json").write_text(text + "\n")
+                print(f"{label}: {len(recorded['events'])} events")
+    finally:
+        host.kill()
+    return 0
+
+
+def main() -> int:
+    HISTORIES.mkdir(parents=True, exist_ok=True)
+    model = ModelServer().start()
+    try:
+        with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as second:
+            run(OFFLINE, model, {}, Path(first))
+            run(
+                WITH_MODEL,
+                model,
+                {
+                    "AGENT_MODEL_BASE_URL": model.base_url,
+                    "AGENT_MAX_MODEL_ATTEMPTS": "2",
+                    "AGENT_BASE_BACKOFF_S": "0",
+                    "AGENT_MAX_CONCURRENT_MODEL_CALLS": "1",
+                },
+                Path(second),
+            )
+    finally:
+        model.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
