@@ -28,7 +28,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     start.add_argument("--app-dir", default=".", type=Path)
     start.add_argument("--host", default="127.0.0.1")
     start.add_argument("--port", default=7071, type=int)
-    start.add_argument("--store", default=None, help="sqlite (default) or sqlite:PATH")
+    start.add_argument("--store", default=None, help="sqlite (default: <app>/.durable/<hub>.db), sqlite:PATH, or azure (AzureWebJobsStorage)")
     start.add_argument("--grace", default=10.0, type=float, help="seconds for running activities at shutdown")
     start.add_argument("--log-level", default="INFO")
     start.add_argument("--log-format", default="text", choices=("text", "json"))

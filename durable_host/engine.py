@@ -41,9 +41,9 @@ import os
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from durable_host import activities, entity, faults, logs, orchestration, replay, sessions
 from durable_host import history as h
@@ -52,6 +52,7 @@ from durable_host.loader import AppIndex
 from durable_host.store.base import ActivityWork, CorruptHistoryError, InstanceRecord, Store
 
 log = logging.getLogger("durable_host.engine")
+T = TypeVar("T")
 MAX_ACTIVITY_ATTEMPTS = 5  # default attempts before work is declared poison
 MAX_IDLE_WAIT = 30.0  # seconds; the timer loop re-checks the store at least this often
 MESSAGE_BATCH = 1000  # inbox messages taken into one episode
@@ -453,20 +454,49 @@ class Engine:
     # --- timers -------------------------------------------------------------------
 
     async def _timer_loop(self) -> None:
+        failures = 0
         while True:
             self._wake.clear()
-            now = self.now()
-            for instance_id in await self.store.ready_instances(now, due_only=True):
-                self.notify(instance_id)
-            due = await self.store.next_due(now)
-            wait = MAX_IDLE_WAIT
-            if due is not None:
-                delta = (h.parse_time(due) - h.parse_time(self.now())).total_seconds()
-                wait = min(wait, max(delta, 0.0) + 0.001)
+            try:
+                wait = await self._fire_due_timers()
+                failures = 0
+            except Exception:
+                # A store outage must not end the loop: timers would never fire again.
+                failures += 1
+                wait = min(MAX_IDLE_WAIT, 0.5 * 2**failures)
+                log.warning("timer scan failed; retrying in %.1fs", wait, exc_info=True)
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=wait)
             except TimeoutError:
                 pass
+
+    async def _fire_due_timers(self) -> float:
+        """Notify instances with due timers; return how long to sleep until the next one."""
+        now = self.now()
+        for instance_id in await self.store.ready_instances(now, due_only=True):
+            self.notify(instance_id)
+        due = await self.store.next_due(now)
+        if due is None:
+            return MAX_IDLE_WAIT
+        delta = (h.parse_time(due) - h.parse_time(self.now())).total_seconds()
+        return min(MAX_IDLE_WAIT, max(delta, 0.0) + 0.001)
+
+    async def _store_call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Retry a store call with back-off until it succeeds or the host stops.
+
+        An activity's bookkeeping must not be lost to a passing store error: the work item
+        would stay claimed until a restart, and a finished result would be thrown away.
+        """
+        delay = 0.5
+        while True:
+            try:
+                return await call()
+            except Exception:
+                if self._stopping:
+                    raise
+                log.warning("%s failed; retrying in %.1fs", what, delay, exc_info=True)
+                await asyncio.sleep(delay)
+                delay = min(MAX_IDLE_WAIT, delay * 2)
 
     async def _poll_loop(self, poll: Callable[[], Any]) -> None:
         """Take up work this process was not notified of; ``poll`` paces itself (back-off)."""
@@ -492,7 +522,9 @@ class Engine:
         async with self._activity_slots:
             if self._stopping:
                 return
-            attempts = await self.store.mark_activity_dequeued(work.work_id)
+            attempts = await self._store_call(
+                "claiming an activity", lambda: self.store.mark_activity_dequeued(work.work_id)
+            )
             if attempts == 0:
                 return  # already completed by an earlier run
             try:
@@ -500,9 +532,13 @@ class Engine:
             except asyncio.CancelledError:
                 await self._release(work)
                 raise
-            if await self.store.complete_activity(
-                work.work_id, work.instance_id, message, self.now()
-            ):
+            completed = await self._store_call(
+                "completing an activity",
+                lambda: self.store.complete_activity(
+                    work.work_id, work.instance_id, message, self.now()
+                ),
+            )
+            if completed:
                 self.notify(work.instance_id)
 
     async def _activity_outcome(self, work: ActivityWork, attempts: int) -> dict[str, Any]:

@@ -235,7 +235,7 @@ class _MessageState:
         self.execution_id = self.new_execution_id
         self.history = []
         self.rewind, self.rewritten, self._seen = None, False, None
-        self.new_events = [event]
+        self.new_events = [event, *message.get("carried", [])]
         self._release_held()
 
     def _rewind_request(self, message: dict[str, Any]) -> None:
@@ -415,9 +415,11 @@ def _complete(
         episode.events.append(h.execution_completed(now, "ContinuedAsNew", None))
         fresh = dict(started, Input=json.dumps(restart.get("input")), Timestamp=now)
         target = shim.view.instance_id
-        episode.outbox.append(Outgoing("message", target, {"kind": "start", "event": fresh}))
-        for carried in shim.unconsumed_events():
-            episode.outbox.append(Outgoing("message", target, {"kind": "event", "event": carried}))
+        # Carried events ride inside the start message, so they stay ahead of any event that
+        # arrived while this episode ran (those are held in the inbox, and released after).
+        carried = shim.unconsumed_events()
+        payload = {"kind": "start", "event": fresh, "carried": carried}
+        episode.outbox.append(Outgoing("message", target, payload))
         return
     result = wire.encode_json_text(decided.output) if decided.has_output else None
     episode.status = "Completed"

@@ -13,7 +13,9 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -45,12 +47,21 @@ class HostProcess:
     base_url: str = ""
     log_path: Path | None = None
 
+    def __post_init__(self) -> None:
+        # Each host object on Azure gets a task hub of its own (restarts keep it), so hosts of
+        # different tests never wait for each other's hub lease.
+        if self.store == "azure":
+            self.env.setdefault("DURABLE_HOST_HUB", "T" + uuid.uuid4().hex[:16])
+
     def start(self, faults: str | None = None, timeout: float = 30.0) -> HostProcess:
         env = {**os.environ, **self.env, "PYTHONPATH": str(ROOT)}
         env.pop("DURABLE_HOST_FAULTS", None)
         if faults:
             env["DURABLE_HOST_FAULTS"] = faults
-        self.log_path = Path(self.store.removeprefix("sqlite:") + ".log") if self.store.startswith("sqlite:") else None
+        if self.store.startswith("sqlite:"):
+            self.log_path = Path(self.store.removeprefix("sqlite:") + ".log")
+        else:
+            self.log_path = Path(tempfile.gettempdir()) / f"durable-host-{self.env['DURABLE_HOST_HUB']}.log"
         stderr = open(self.log_path, "a") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self.process = subprocess.Popen(
             [sys.executable, "-m", "durable_host", "start", "--app-dir", str(self.app_dir),

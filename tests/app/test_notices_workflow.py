@@ -274,6 +274,7 @@ def test_a_send_the_service_can_neither_confirm_nor_deny_ends_uncertain(notices_
 ])
 def test_bad_input_is_refused_before_anything_is_planned_or_sent(notices_host, mailbox, changes,
                                                                  code, field):
+    changes = dict(changes)  # the parameter is shared with the run on the other store
     run = Notices(notices_host().start())
     before = run.view()
     recipients = changes.pop("recipients", ["ana@example.com"])

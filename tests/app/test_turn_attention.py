@@ -68,6 +68,7 @@ def operate(host: HostProcess, session: str, sub: str, action: str, request_id: 
 
 
 def test_a_parked_turn_retries_from_its_last_committed_round(host, model, outage):
+    model.requests.clear()  # the model server is shared with the run on the other store
     outage.on = True
     sub = submit(host, "retry", "calculate 2+3 and then calculate 4+4")
 

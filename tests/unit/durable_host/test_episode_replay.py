@@ -306,10 +306,10 @@ def test_continue_as_new_carries_unconsumed_events_over():
     d2 = Driver(handle_of(collector))
     d2.start([])
     d2.deliver(*two)
-    carried = [m.payload for m in d2.messages if m.payload["kind"] == "event"]
+    start = [m.payload for m in d2.messages if m.payload["kind"] == "start"][-1]
 
     assert d2.status == "ContinuedAsNew"
-    assert [json.loads(c["event"]["Input"]) for c in carried] == ["c"]
+    assert [json.loads(c["Input"]) for c in start["carried"]] == ["c"]
 
 
 def big_status(context: df.DurableOrchestrationContext):
@@ -446,3 +446,19 @@ def test_event_arriving_between_executions_is_delivered_once_to_the_new_one():
     assert episode.consumed == [0, 1]
     assert d.status == "ContinuedAsNew"  # a new execution consumed "b" and continued again
     assert json.loads(json.loads([m for m in d.messages if m.payload["kind"] == "start"][-1].payload["event"]["Input"])) == [json.dumps("a"), json.dumps("b")]  # JSON text: SDK quirk #295
+
+
+def test_carried_events_stay_ahead_of_events_that_arrived_during_the_restart():
+    d = Driver(handle_of(collector))
+    d.start([])
+    b = {"kind": "event", "event": h.event_raised(d.now, "item", json.dumps(json.dumps("b")))}
+    c = {"kind": "event", "event": h.event_raised(d.now, "item", json.dumps(json.dumps("c")))}
+    d.deliver(b, c)  # b is taken, c is carried into the next execution
+    start = [m for m in d.messages if m.payload["kind"] == "start"][-1].payload
+    late = {"kind": "event", "event": h.event_raised(d.now, "item", json.dumps(json.dumps("z")))}
+
+    d.deliver(late, start)  # z reached the inbox before the start message
+
+    final = [m for m in d.messages if m.payload["kind"] == "start"][-1].payload
+    assert json.loads(json.loads(final["event"]["Input"])) == [json.dumps("b"), json.dumps("c")]
+    assert [json.loads(e["Input"]) for e in final["carried"]] == [json.dumps("z")]
