@@ -9,12 +9,17 @@ Workloads (one host process, one run, so ratios are comparable on a noisy machin
   * one durable SQLite commit (WAL, synchronous=FULL) measured in the same run,
     and every step cost divided by it.
 
-Usage: ``python bench/host_bench.py [--steps 200] [--fan-out 1000] [--signals 2000]``
+With ``--store azure`` the same workloads run on Azure Storage (an in-memory Azurite started
+for the run, from the project's npm package), and the table adds storage round trips per
+activity step and the step time divided by one Azurite round trip, measured in the same run.
+
+Usage: ``python bench/host_bench.py [--store sqlite|azure] [--steps 200] [--fan-out 1000]``
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import concurrent.futures
 import json
 import sqlite3
@@ -52,14 +57,13 @@ def sqlite_commit_ms(path: Path, count: int = 300) -> float:
     return elapsed / count * 1000
 
 
-def episode_times(db_path: Path, instance_id: str) -> list[float]:
-    """Seconds between consecutive episodes of an instance, from its stored history."""
-    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-    rows = db.execute("SELECT event FROM history WHERE instance_id=? ORDER BY seq", (instance_id,))
-    stamps = [json.loads(r[0])["Timestamp"] for r in rows if json.loads(r[0])["EventType"] == 12]
-    db.close()
+def step_times(host: HostProcess, instance_id: str, event_type: str) -> list[float]:
+    """Milliseconds between consecutive ``event_type`` rows of an instance's history (the
+    management API's view, so it reads the same on every store)."""
+    view = host.status(instance_id, "?showHistory=true") or {}
+    stamps = [e["Timestamp"] for e in view.get("historyEvents", []) if e["EventType"] == event_type]
     parsed = [datetime.fromisoformat(s.replace("Z", "+00:00")) for s in stamps]
-    return [(b - a).total_seconds() for a, b in zip(parsed, parsed[1:])]
+    return [(b - a).total_seconds() * 1000 for a, b in zip(parsed, parsed[1:])]
 
 
 def run_to_completion(host: HostProcess, name: str, body: dict, timeout: float = 600) -> tuple[str, float]:
@@ -67,6 +71,25 @@ def run_to_completion(host: HostProcess, name: str, body: dict, timeout: float =
     instance = host.start_orchestration(name, body)
     host.wait_for_status(instance, timeout=timeout)
     return instance, time.perf_counter() - started
+
+
+def azurite_round_trip_ms(connection: str, count: int = 200) -> float:
+    """Median time of one table point read against the Azurite under test."""
+    from azure.data.tables import TableServiceClient
+
+    service = TableServiceClient.from_connection_string(connection)
+    table = service.create_table_if_not_exists("BenchRoundTrip")
+    table.upsert_entity({"PartitionKey": "p", "RowKey": "r", "v": 1})
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        table.get_entity("p", "r")
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+def metrics(host: HostProcess) -> dict:
+    return json.loads(urllib.request.urlopen(host.base_url + "/admin/host/metrics").read())
 
 
 def table(title: str, rows: list[tuple[str, str]]) -> None:
@@ -78,42 +101,61 @@ def table(title: str, rows: list[tuple[str, str]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--store", choices=("sqlite", "azure"), default="sqlite")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--fan-out", type=int, default=1000)
     parser.add_argument("--signals", type=int, default=2000)
     parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-"))
-    db_path = tmp / "bench.db"
-    commit_ms = sqlite_commit_ms(tmp / "raw.db")
-    print(f"one durable SQLite commit (WAL, synchronous=FULL): {commit_ms:.3f} ms", flush=True)
-    host = HostProcess(ROOT / "bench" / "app", f"sqlite:{db_path}").start()
+    emulator = None
+    if args.store == "azure":
+        from durable_host import azurite
+
+        emulator = azurite.start(None, azurite.free_ports(3), in_memory=True, log=tmp / "azurite.log")
+        os.environ["AzureWebJobsStorage"] = emulator.connection_string
+        unit_ms = azurite_round_trip_ms(emulator.connection_string)
+        print(f"one Azurite round trip (table point read, median): {unit_ms:.3f} ms", flush=True)
+        spec = "azure"
+    else:
+        unit_ms = sqlite_commit_ms(tmp / "raw.db")
+        print(f"one durable SQLite commit (WAL, synchronous=FULL): {unit_ms:.3f} ms", flush=True)
+        spec = f"sqlite:{tmp / 'bench.db'}"
+    host = HostProcess(ROOT / "bench" / "app", spec).start()
     try:
-        orchestrations(host, db_path, args, commit_ms)
-        entities(host, db_path, args, commit_ms)
+        orchestrations(host, args, unit_ms)
+        entities(host, args, unit_ms)
         rss = Path(f"/proc/{host.process.pid}/status").read_text().split("VmHWM:")[1].split()[0]
         print(f"\nhost peak RSS: {int(rss) / 1024:.1f} MiB")
     finally:
         host.kill()
+        if emulator is not None:
+            emulator.stop()
 
 
-def orchestrations(host: HostProcess, db_path: Path, args: argparse.Namespace, commit_ms: float) -> None:
+def orchestrations(host: HostProcess, args: argparse.Namespace, unit_ms: float) -> None:
+    unit = "Azurite round trip" if args.store == "azure" else "raw commit"
     print(f"sequential chain of {args.steps} activities ...", flush=True)
+    before = metrics(host).get("store_round_trips", 0)
     chain_id, chain_s = run_to_completion(host, "chain", {"steps": args.steps})
-    steps = [s * 1000 for s in episode_times(db_path, chain_id)]
-    metrics = json.loads(urllib.request.urlopen(host.base_url + "/admin/host/metrics").read())
+    after = metrics(host)
+    steps = step_times(host, chain_id, "TaskCompleted")
     print(f"fan-out/fan-in of {args.fan_out} activities ...", flush=True)
     _, fan_s = run_to_completion(host, "fan_out", {"count": args.fan_out})
-    replay, commit = metrics["replay_ms"], metrics["commit_ms"]
-    table("orchestrations (SQLite store)", [
+    replay, commit = after["replay_ms"], after["commit_ms"]
+    rows = [
         ("chain: per step p50 / p99", f"{pct(steps, .5):.2f} / {pct(steps, .99):.2f} ms"),
         ("chain: steps/s", f"{args.steps / chain_s:.0f}"),
         ("chain: SDK replay per episode p50 / p99", f"{replay['p50']:.2f} / {replay['p99']:.2f} ms"),
         ("chain: store commit per episode p50 / p99", f"{commit['p50']:.2f} / {commit['p99']:.2f} ms"),
         (f"fan-out {args.fan_out}: total", f"{fan_s:.2f} s ({args.fan_out / fan_s:.0f} activities/s)"),
-        ("ratio: step p50 / raw commit", f"{pct(steps, .5) / commit_ms:.1f}x"),
-        ("ratio: episode commit p50 / raw commit", f"{commit['p50'] / commit_ms:.1f}x"),
-    ])
+        (f"ratio: step p50 / {unit}", f"{pct(steps, .5) / unit_ms:.1f}x"),
+        (f"ratio: episode commit p50 / {unit}", f"{commit['p50'] / unit_ms:.1f}x"),
+    ]
+    if "store_round_trips" in after:
+        per_step = (after["store_round_trips"] - before) / args.steps
+        rows.append(("chain: storage round trips per activity step", f"{per_step:.1f}"))
+    table(f"orchestrations ({args.store} store)", rows)
 
 
 def signal(host: HostProcess, key: str) -> int:
@@ -125,7 +167,8 @@ def entity_value(host: HostProcess, key: str) -> int:
     return resp.json() if resp.status == 200 else 0
 
 
-def entities(host: HostProcess, db_path: Path, args: argparse.Namespace, commit_ms: float) -> None:
+def entities(host: HostProcess, args: argparse.Namespace, unit_ms: float) -> None:
+    unit = "Azurite round trip" if args.store == "azure" else "raw commit"
     print(f"{args.signals} signals into one entity ...", flush=True)
     started = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
@@ -134,7 +177,7 @@ def entities(host: HostProcess, db_path: Path, args: argparse.Namespace, commit_
     one_s = time.perf_counter() - started
     print(f"{args.calls} sequential calls from an orchestration ...", flush=True)
     calls_id, _ = run_to_completion(host, "entity_calls", {"key": "calls", "calls": args.calls})
-    trips = [s * 1000 for s in episode_times(db_path, calls_id)]
+    trips = step_times(host, calls_id, "EventRaised")
     print("100 entities x 20 signals ...", flush=True)
     started = time.perf_counter()
     keys = [f"e{i}" for i in range(100)]
@@ -142,11 +185,11 @@ def entities(host: HostProcess, db_path: Path, args: argparse.Namespace, commit_
         list(pool.map(lambda k: signal(host, k), [k for k in keys for _ in range(20)]))
     wait_for(lambda: all(entity_value(host, k) == 20 for k in keys), 300, "all entities", 0.05)
     many_s = time.perf_counter() - started
-    table("entities (SQLite store)", [
+    table(f"entities ({args.store} store)", [
         ("signals/s into one entity (HTTP accept + apply)", f"{args.signals / one_s:.0f}"),
         ("call round trip from an orchestration p50 / p99", f"{pct(trips, .5):.2f} / {pct(trips, .99):.2f} ms"),
         ("ops/s across 100 entities", f"{2000 / many_s:.0f}"),
-        ("ratio: call round trip p50 / raw commit", f"{pct(trips, .5) / commit_ms:.1f}x"),
+        (f"ratio: call round trip p50 / {unit}", f"{pct(trips, .5) / unit_ms:.1f}x"),
         ("references", "Azure Storage ~64 entity ops/s; Netherite ~1,400 signals/s (2 cores)"),
     ])
 

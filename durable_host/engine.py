@@ -408,6 +408,9 @@ class Engine:
                 "hits": self.cache.hits, "misses": self.cache.misses,
             }
             summary["sdk_sessions"] = self.sessions
+        round_trips = getattr(self.store, "round_trips", None)
+        if round_trips is not None:
+            summary["store_round_trips"] = round_trips
         return summary
 
     def set_fast_replay(self, on: bool, with_sessions: bool = True) -> None:

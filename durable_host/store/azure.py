@@ -558,6 +558,10 @@ class AzureStore:
         self._background: set[asyncio.Task[Any]] = set()
         self._poll_delay = POLL_MIN
         self._outage_logged = 0.0
+        self.round_trips = 0  # storage requests sent, for /admin/host/metrics and bench/
+
+    def _count_round_trip(self, _request: Any) -> None:
+        self.round_trips += 1
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -570,7 +574,12 @@ class AzureStore:
             except azurite.AzuriteError as exc:
                 raise StoreUnavailableError(str(exc)) from exc
         connection = azurite.resolve_setting(self.connection)
-        options: dict[str, Any] = {"retry_total": 0, "connection_timeout": 10, "read_timeout": 30}
+        options: dict[str, Any] = {
+            "retry_total": 0,
+            "connection_timeout": 10,
+            "read_timeout": 30,
+            "raw_request_hook": self._count_round_trip,
+        }
         try:
             self._tables = TableServiceClient.from_connection_string(connection, **options)
             self._blobs = BlobServiceClient.from_connection_string(connection, **options)

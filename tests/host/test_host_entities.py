@@ -113,3 +113,19 @@ def test_instance_queries_list_entities_alongside_orchestrations(shared_host):
     listed = shared_host.get(f"{WEBHOOK}/instances?instanceIdPrefix=@counter@{key}").json()
 
     assert [row["instanceId"] for row in listed] == [f"@counter@{key}"]
+
+
+def test_entity_state_is_purged_by_id_live_or_deleted(shared_host):
+    live, deleted = f"purge-{uuid.uuid4().hex[:8]}", f"gone-{uuid.uuid4().hex[:8]}"
+    for key in (live, deleted):
+        shared_host.post(f"{WEBHOOK}/entities/counter/{key}?op=add", 3)
+        wait_for(lambda k=key: entity_state(shared_host, k) == 3, 10, "signal")
+    shared_host.request("DELETE", f"{WEBHOOK}/entities/counter/{deleted}")
+    wait_for(lambda: entity_state(shared_host, deleted) is None, 10, "delete")
+
+    purged = [shared_host.request("DELETE", f"{WEBHOOK}/instances/@counter@{k}") for k in (live, deleted)]
+
+    assert [p.status for p in purged] == [200, 200]
+    assert [p.json() for p in purged] == [{"instancesDeleted": 1}] * 2
+    assert entity_state(shared_host, live) is None
+    assert shared_host.get(f"{WEBHOOK}/instances/@counter@{deleted}").status == 404
