@@ -49,9 +49,13 @@ def in_status(
 
 
 def final(host: HostProcess, session: str, sub_id: str, timeout: float = 20) -> dict[str, Any]:
-    return wait_for(
+    """The submission is final and its turn orchestration has ended too (the turn finishes
+    the submission in the entity first, then hands over and completes)."""
+    done = wait_for(
         lambda: in_status(host, session, sub_id, FINAL), timeout, f"submission {sub_id} to finish"
     )
+    host.wait_for_status(f"{session}:turn:{sub_id}", timeout=timeout)
+    return done
 
 
 def view(host: HostProcess, session: str) -> dict[str, Any]:
