@@ -318,7 +318,7 @@ class Engine:
         if poison is not None:
             log.error("orchestration %s", poison)
         for work in created:
-            self._spawn_activity(work)
+            self._spawn_activity(work, fresh=True)
         self._dispatch(episode.outbox, now)
 
     async def _history(
@@ -512,21 +512,32 @@ class Engine:
 
     # --- activities ---------------------------------------------------------------
 
-    def _spawn_activity(self, work: ActivityWork) -> None:
-        task = asyncio.create_task(self._run_activity(work))
+    def _spawn_activity(self, work: ActivityWork, *, fresh: bool = False) -> None:
+        """``fresh``: created by this engine's own commit, which already counted it as handed
+        (dequeue count 1), so running it costs no extra store write. Work found in the store
+        (at start, or written by another process) is claimed with ``mark_activity_dequeued``,
+        whose count above 1 reveals a re-execution after a crash."""
+        task = asyncio.create_task(self._run_activity(work, fresh))
         self._activities[task] = work
         task.add_done_callback(self._forget_activity)
 
     def _forget_activity(self, task: asyncio.Task[None]) -> None:
         self._activities.pop(task, None)
 
-    async def _run_activity(self, work: ActivityWork) -> None:
+    async def _run_activity(self, work: ActivityWork, fresh: bool = False) -> None:
         logs.instance.set(work.instance_id)  # this task's own context
         async with self._activity_slots:
             if self._stopping:
+                if fresh:
+                    await self._release(work)  # never ran: not a crash after restart
                 return
-            attempts = await self._store_call(
-                "claiming an activity", lambda: self.store.mark_activity_dequeued(work.work_id)
+            attempts = (
+                work.dequeue_count
+                if fresh
+                else await self._store_call(
+                    "claiming an activity",
+                    lambda: self.store.mark_activity_dequeued(work.work_id),
+                )
             )
             if attempts == 0:
                 return  # already completed by an earlier run

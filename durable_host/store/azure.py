@@ -824,7 +824,7 @@ class AzureStore:
             ExecutionId=payload["execution_id"],
             TaskId=int(payload["task_id"]),
             Name=payload["name"],
-            DequeueCount=0,
+            DequeueCount=1,  # handed at creation: the committing engine runs it at once
         )
         await self._put_text(row, "Input", payload["input_json"])
         work = ActivityWork(
@@ -834,6 +834,7 @@ class AzureStore:
             int(payload["task_id"]),
             payload["name"],
             payload["input_json"],
+            1,
         )
         return work, row
 

@@ -10,6 +10,10 @@ implementation):
 
 * ``commit_episode`` applies an episode - inbox deletions, history append or replace,
   the status row and every outgoing message and activity - atomically: all or nothing.
+* Activity work items written by ``commit_episode`` are created already handed (dequeue
+  count 1), since the committing engine runs them at once; ``mark_activity_dequeued`` claims
+  work found later (at start, or written by another process) and returns the new count, so
+  a count above 1 means the item ran before and the host died.
 * ``complete_activity`` removes the work item and enqueues its result in one atomic
   step, and does nothing if the work item is already gone: exactly one completion.
 * ``create_instance`` checks the existing status and writes the row and the start

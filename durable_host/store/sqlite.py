@@ -483,15 +483,15 @@ def _write_outbox(db: sqlite3.Connection, episode: Episode) -> list[ActivityWork
         if item.kind == "activity":
             p = item.payload
             cursor = db.execute(
-                "INSERT INTO activities (instance_id, execution_id, task_id, name, input)"
-                " VALUES (?,?,?,?,?)",
+                "INSERT INTO activities (instance_id, execution_id, task_id, name, input,"
+                " dequeue_count) VALUES (?,?,?,?,?,1)",
                 (p["instance_id"], p["execution_id"], p["task_id"], p["name"], p["input_json"]),
             )
             assert cursor.lastrowid is not None
             created.append(
                 ActivityWork(
                     cursor.lastrowid, p["instance_id"], p["execution_id"], p["task_id"],
-                    p["name"], p["input_json"],
+                    p["name"], p["input_json"], 1,
                 )
             )
         else:

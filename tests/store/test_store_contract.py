@@ -405,7 +405,7 @@ def test_an_activity_completes_exactly_once(run_store) -> None:
         )
         again = await store.complete_activity(work.work_id, "a", result, T0)
 
-        assert dequeues == [1, 2]
+        assert dequeues == [2, 3]  # created already handed to the committing engine
         assert sorted(outcomes) == [False, True]
         assert again is False
         assert len(await store.fetch_messages("a", T0)) == 1
@@ -427,8 +427,8 @@ def test_pending_activities_report_their_dequeue_count(run_store) -> None:
         pending = await store.pending_activities()
 
         assert [(w.task_id, w.dequeue_count, w.input_json) for w in pending] == [
-            (1, 0, "1"),
-            (2, 1, "2"),
+            (1, 1, "1"),
+            (2, 2, "2"),
         ]
         assert {w.instance_id for w in pending} == {"a"}
 
@@ -594,8 +594,8 @@ def test_release_activity_undoes_one_dequeue(run_store) -> None:
 
         await store.release_activity(work.work_id)
 
-        assert [w.dequeue_count for w in await store.pending_activities()] == [1]
-        assert await store.mark_activity_dequeued(work.work_id) == 2
+        assert [w.dequeue_count for w in await store.pending_activities()] == [2]
+        assert await store.mark_activity_dequeued(work.work_id) == 3
 
     run_store(body)
 
