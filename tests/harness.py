@@ -58,7 +58,9 @@ class HostProcess:
         env.pop("DURABLE_HOST_FAULTS", None)
         if faults:
             env["DURABLE_HOST_FAULTS"] = faults
-        if self.store.startswith("sqlite:"):
+        if self.log_path is not None:
+            pass  # chosen by the test
+        elif self.store.startswith("sqlite:"):
             self.log_path = Path(self.store.removeprefix("sqlite:") + ".log")
         else:
             self.log_path = Path(tempfile.gettempdir()) / f"durable-host-{self.env['DURABLE_HOST_HUB']}.log"

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import urllib.parse
 import uuid
 
 import pytest
 
-from tests.harness import WEBHOOK, wait_for
+from tests.harness import WEBHOOK
 
 
 def test_admin_status_reports_running(shared_host):

@@ -7,11 +7,8 @@ so hosts of different tests never meet. Waits are bounded; nothing asserts on du
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -22,7 +19,7 @@ from typing import Any
 import pytest
 
 from durable_host.history import COMPLETION_TYPES, SCHEDULING_TYPES, EventType
-from tests.harness import APPS, ROOT, HostProcess, store_specs, wait_for
+from tests.harness import APPS, HostProcess, store_specs, wait_for
 
 pytestmark = pytest.mark.skipif(
     "azure" not in store_specs(), reason="DURABLE_TEST_STORES does not include azure"
@@ -30,47 +27,11 @@ pytestmark = pytest.mark.skipif(
 
 
 class LoggedHost(HostProcess):
-    """A host process whose stderr goes to a file (the harness keeps logs for SQLite only)."""
+    """A host process on the session's Azurite whose stderr goes to a given file."""
 
     def __init__(self, env: dict[str, str], log: Path):
-        super().__init__(APPS / "basic", "azure", env=env)
+        super().__init__(APPS / "basic", "azure", env=env, log_path=log)
         self.log = log
-
-    def start(self, faults: str | None = None, timeout: float = 30.0) -> LoggedHost:
-        env = {**os.environ, **self.env, "PYTHONPATH": str(ROOT)}
-        env.pop("DURABLE_HOST_FAULTS", None)
-        with open(self.log, "a") as stderr:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "durable_host",
-                    "start",
-                    "--app-dir",
-                    str(self.app_dir),
-                    "--port",
-                    "0",
-                    "--store",
-                    "azure",
-                    "--grace",
-                    "2",
-                ],
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                text=True,
-                env=env,
-                cwd=str(ROOT),
-            )
-        deadline = time.monotonic() + timeout
-        assert self.process.stdout is not None
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if "listening on" in line:
-                self.base_url = line.strip().rsplit(" ", 1)[-1]
-                return self
-            if not line and self.process.poll() is not None:
-                break
-        raise RuntimeError(f"host did not start (exit {self.process.poll()}); see {self.log}")
 
     def text(self) -> str:
         return self.log.read_text() if self.log.exists() else ""
