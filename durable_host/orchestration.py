@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 __all__ = ["Episode", "InstanceView", "NonDeterminismError", "Outgoing", "run_episode"]
 
 OrchestratorHandle = Callable[[str], str]
-_Shim = Shim  # its old name here: tests/replay drive the shim directly
 CUSTOM_STATUS_LIMIT = 16 * 1024  # UTF-16 code units, as the extension counts them
 
 

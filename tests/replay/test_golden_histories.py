@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from durable_host import orchestration, wire
+from durable_host import shim as shim_mod
 from durable_host.history import EventType
 from orchestrators import agent_run, tool_task
 
@@ -31,7 +32,7 @@ HANDLES: dict[str, Callable[[str], str]] = {
 }
 
 
-def replay(recorded: dict[str, Any]) -> tuple[orchestration._Shim, wire.OrchestratorState]:
+def replay(recorded: dict[str, Any]) -> tuple[shim_mod.Shim, wire.OrchestratorState]:
     events = [e for e in recorded["events"] if e["EventType"] != EventType.EXECUTION_COMPLETED]
     started = next(e for e in events if e["EventType"] == EventType.EXECUTION_STARTED)
     execution_id = started["OrchestrationInstance"]["ExecutionId"]
@@ -42,7 +43,7 @@ def replay(recorded: dict[str, Any]) -> tuple[orchestration._Shim, wire.Orchestr
     view = orchestration.InstanceView(
         recorded["instance_id"], "Running", execution_id, events, recorded["orchestrator"]
     )
-    shim = orchestration._Shim(view, events, events[-1]["Timestamp"], execution_id)
+    shim = shim_mod.Shim(view, events, events[-1]["Timestamp"], execution_id)
     assert shim.walk(decided.actions), "the replay waits for something the history never gave"
     return shim, decided
 
