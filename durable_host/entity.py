@@ -20,7 +20,7 @@ from typing import Any
 
 from durable_host import history as h
 from durable_host import wire
-from durable_host.store.base import EntityCommit
+from durable_host.records import EntityCommit
 
 EntityHandle = Callable[[str], str]
 

@@ -31,13 +31,13 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from durable_host import history as h
 from durable_host import replay, rewind, wire
 from durable_host.history import Event, EventType
-from durable_host.shim import InstanceView, NonDeterminismError, Node, Outgoing, Shim
+from durable_host.records import HOLDING, TERMINAL, Episode, Outgoing
+from durable_host.shim import InstanceView, NonDeterminismError, Node, Shim
 from durable_host.wire import ActionType
 
 if TYPE_CHECKING:
@@ -49,31 +49,11 @@ OrchestratorHandle = Callable[[str], str]
 CUSTOM_STATUS_LIMIT = 16 * 1024  # UTF-16 code units, as the extension counts them
 
 
-@dataclass(slots=True)
-class Episode:
-    consumed: list[int] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-    replace_history: bool = False  # a new execution starts (start or continue-as-new)
-    rewrite_history: bool = False  # same execution, history rewritten (rewind): events is all of it
-    execution_id: str | None = None
-    status: str | None = None  # None: unchanged
-    output_json: str | None = None
-    custom_status_json: str | None = None
-    custom_status_changed: bool = False
-    name: str | None = None
-    input_json: str | None = None
-    version: str | None = None
-    parent: dict[str, Any] | None = None
-    outbox: list[Outgoing] = field(default_factory=list)
-
-
-TERMINAL = frozenset({"Completed", "Failed", "Terminated", "Canceled"})
-_HOLDING = frozenset({"Suspended", "ContinuedAsNew", "Pending"})  # events wait in the inbox
 
 
 def all_held(status: str | None, messages: list[dict[str, Any]]) -> bool:
     """True if an episode would only leave these messages waiting (nothing to decide)."""
-    return status in _HOLDING and all(m.get("kind") == "event" for m in messages)
+    return status in HOLDING and all(m.get("kind") == "event" for m in messages)
 
 
 # --- the episode ------------------------------------------------------------------------
@@ -213,7 +193,7 @@ class _MessageState:
 
     def _holds(self, message: dict[str, Any]) -> bool:
         """Events wait in the inbox while suspended or between executions."""
-        return self.terminated is None and self.status in _HOLDING
+        return self.terminated is None and self.status in HOLDING
 
     def _release_held(self) -> None:
         held, self.held = self.held, []

@@ -22,6 +22,7 @@ from typing import Any
 
 from durable_host import history as h
 from durable_host.history import Event, EventType
+from durable_host.records import Outgoing
 from durable_host.wire import ActionType
 
 _REQUEST_NAMESPACE = uuid.UUID("7b0c3c8e-9a55-4b55-9a39-3b1f0f7c1d11")
@@ -29,20 +30,6 @@ _REQUEST_NAMESPACE = uuid.UUID("7b0c3c8e-9a55-4b55-9a39-3b1f0f7c1d11")
 
 class NonDeterminismError(Exception):
     pass
-
-
-@dataclass(frozen=True, slots=True)
-class Outgoing:
-    """A message produced by an episode, committed atomically with it.
-
-    ``kind`` is ``"activity"`` (run ``payload`` as an activity work item) or
-    ``"message"`` (deliver ``payload`` to ``target``'s inbox, not before ``visible_at``).
-    """
-
-    kind: str
-    target: str
-    payload: dict[str, Any]
-    visible_at: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,7 +89,7 @@ from azure.storage.blob.aio import BlobLeaseClient, BlobServiceClient
 
 from durable_host import azurite, faults
 from durable_host import history as h
-from durable_host.orchestration import Episode
+from durable_host.records import Episode
 from durable_host.store.base import (
     ActivityWork,
     CorruptHistoryError,

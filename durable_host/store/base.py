@@ -36,10 +36,29 @@ implementation):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from durable_host.orchestration import Episode
+from durable_host.records import (
+    ActivityWork,
+    EntityCommit,
+    Episode,
+    InstanceRecord,
+    Query,
+    QueryPage,
+)
+
+__all__ = [
+    "ActivityWork",
+    "CorruptHistoryError",
+    "EntityCommit",
+    "Episode",
+    "InstanceExistsError",
+    "InstanceRecord",
+    "Query",
+    "QueryPage",
+    "Store",
+    "StoreLockedError",
+]
 
 
 class InstanceExistsError(Exception):
@@ -64,65 +83,6 @@ class CorruptHistoryError(ValueError):
         )
         self.instance_id = instance_id
         self.position = position
-
-
-@dataclass(slots=True)
-class InstanceRecord:
-    instance_id: str
-    name: str
-    status: str
-    execution_id: str | None = None
-    version: str | None = None
-    input_json: str | None = None
-    output_json: str | None = None
-    custom_status_json: str | None = None
-    created_at: str = ""
-    updated_at: str = ""
-    parent_instance_id: str | None = None
-    entity_state: str | None = None
-    entity_exists: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ActivityWork:
-    work_id: int
-    instance_id: str
-    execution_id: str
-    task_id: int
-    name: str
-    input_json: str | None
-    dequeue_count: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Query:
-    created_from: str | None = None
-    created_to: str | None = None
-    statuses: tuple[str, ...] = ()
-    prefix: str | None = None
-    top: int | None = None
-    continuation: str | None = None
-    entities: bool | None = False  # False: orchestrations only, True: entities only
-    updated_from: str | None = None
-    updated_to: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class QueryPage:
-    records: list[InstanceRecord] = field(default_factory=list)
-    continuation: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class EntityCommit:
-    """One entity batch: new state, consumed operations, responses to callers."""
-
-    instance_id: str
-    consumed: list[int]
-    exists: bool
-    state_json: str | None
-    responses: list[tuple[str, dict[str, Any]]]  # (caller instance id, message)
-    now: str
 
 
 class Store(Protocol):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from durable_host import faults
-from durable_host.orchestration import Episode
+from durable_host.records import Episode
 from durable_host.store.base import (
     ActivityWork,
     CorruptHistoryError,
