@@ -1,6 +1,6 @@
 """Memory of a host with 10,000 instances asleep on durable timers, against an idle host.
 
-One host process (SQLite store) serves the parity app. The table compares its resident set
+One host process (SQLite store) serves the bench app (bench/app). The table compares its resident set
 size (``VmRSS`` from /proc) idle, right after 10,000 ``sleeper`` instances were started and
 went to sleep on a one-hour timer, and - after a restart - a fresh process whose store holds
 the 10,000 sleepers, beside a fresh process on an empty store. ``VmHWM`` is the peak.
@@ -22,7 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.harness import APPS, WEBHOOK, HostProcess, wait_for  # noqa: E402
+from durable_host.testing import WEBHOOK, HostProcess, wait_for  # noqa: E402
+
+APP = ROOT / "bench" / "app"
 
 
 def memory_kib(host: HostProcess) -> dict[str, int]:
@@ -63,12 +65,12 @@ def main() -> None:
     args = parser.parse_args()
     rows: list[tuple[str, dict[str, int]]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        empty = HostProcess(APPS / "parity", f"sqlite:{Path(tmp) / 'empty.db'}").start()
+        empty = HostProcess(APP, f"sqlite:{Path(tmp) / 'empty.db'}").start()
         time.sleep(1.0)
         rows.append(("fresh host, empty store", memory_kib(empty)))
         empty.stop()
 
-        host = HostProcess(APPS / "parity", f"sqlite:{Path(tmp) / 'sleepers.db'}").start()
+        host = HostProcess(APP, f"sqlite:{Path(tmp) / 'sleepers.db'}").start()
         time.sleep(1.0)
         rows.append(("same host before the sleepers", memory_kib(host)))
         seconds = start_sleepers(host, args.instances, args.threads)

@@ -1,4 +1,6 @@
-"""The workloads measured by bench/host_bench.py."""
+"""The workloads measured by the benchmarks in bench/."""
+
+from datetime import timedelta
 
 import azure.durable_functions as df
 import azure.functions as func
@@ -33,6 +35,14 @@ def entity_calls(context: df.DurableOrchestrationContext):
     for _ in range(int(spec["calls"])):
         yield context.call_entity(entity, "add", 1)
     return spec["calls"]
+
+
+@app.orchestration_trigger(context_name="context")
+def sleeper(context: df.DurableOrchestrationContext):
+    """Sleeps on one durable timer for ``seconds``."""
+    seconds = float(context.get_input()["seconds"])
+    yield context.create_timer(context.current_utc_datetime + timedelta(seconds=seconds))
+    return "woke"
 
 
 @app.entity_trigger(context_name="context")
