@@ -7,6 +7,7 @@
   ``agent_turn`` and the notices workflow.
 * ``event_payload``: an external event's payload as an object (SDK #295), ``error_text``: the
   error of an entity envelope as one line.
+* ``turn_patch``: a task patch of the turn task, shared by ``agent_run`` and ``agent_round``.
 * ``event_or_deadline``: wait for a uniquely named event raced with a durable timer, the way
   every wait of the app is bounded (``wait_for_external_event`` has no timeout of its own).
 
@@ -78,3 +79,14 @@ def event_or_deadline(
         timer.cancel()
         return True, raised.result
     return False, None
+
+
+def turn_patch(
+    turn_id: str, status: str | None = None, phase: str | None = None, reason: str | None = None
+) -> dict[str, Any]:
+    """A task patch of the turn task: only the fields given, the reason cut to 1000 chars."""
+    patch: dict[str, Any] = {"id": turn_id}
+    for key, value in (("status", status), ("phase", phase), ("reason", reason)):
+        if value is not None:
+            patch[key] = value[:1000] if key == "reason" else value
+    return patch
