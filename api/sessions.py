@@ -21,7 +21,6 @@ view is the empty session at cursor 0 and the change stream waits from there.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +31,7 @@ from azure.durable_functions.models.OrchestrationRuntimeStatus import Orchestrat
 
 from adapters.content_store import default_store
 from api import inputs, purge
+from api.replies import failure, reply
 from kernel import content, ids
 from kernel import session as core
 from kernel.errors import ConflictError, KernelError, NotFoundError
@@ -40,16 +40,6 @@ from kernel.submissions import MAX_QUEUED_SUBMISSIONS
 bp = df.Blueprint()
 POLL_SECONDS = 0.2
 RUNNING = [OrchestrationRuntimeStatus.Pending, OrchestrationRuntimeStatus.Running]
-
-
-def reply(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> func.HttpResponse:
-    return func.HttpResponse(
-        json.dumps(body), status_code=status, mimetype="application/json", headers=headers
-    )
-
-
-def failure(exc: KernelError) -> func.HttpResponse:
-    return reply(exc.to_dict(), exc.http_status)
 
 
 def not_found(session_id: str) -> NotFoundError:
