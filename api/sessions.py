@@ -35,6 +35,7 @@ from api.replies import failure, reply
 from kernel import content, ids
 from kernel import session as core
 from kernel.errors import ConflictError, KernelError, NotFoundError
+from kernel.state import decode_entity_state
 from kernel.submissions import MAX_QUEUED_SUBMISSIONS
 
 bp = df.Blueprint()
@@ -53,12 +54,7 @@ def _now() -> str:
 async def read_state(
     client: df.DurableOrchestrationClient, session_id: str
 ) -> dict[str, Any] | None:
-    state = await client.read_entity_state(df.EntityId("session", session_id))
-    if not state.entity_exists or state.entity_state is None:
-        return None
-    raw = state.entity_state
-    parsed = json.loads(raw) if isinstance(raw, str) else raw
-    return parsed if isinstance(parsed, dict) else None
+    return decode_entity_state(await client.read_entity_state(df.EntityId("session", session_id)))
 
 
 async def accepted_not_committed(client: df.DurableOrchestrationClient, session_id: str) -> bool:
