@@ -6,7 +6,7 @@ import azure.functions as func
 from activities import cancel, hand_over, mail, model, notice_session, tools
 from api import operator, pages, sessions
 from entities import semaphore, session
-from orchestrators import agent_run, agent_turn, notices, tool_task
+from orchestrators import agent_round, agent_run, agent_turn, notices, tool_task
 
 app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
 
@@ -14,6 +14,7 @@ for blueprint in (
     session.bp,
     agent_turn.bp,
     agent_run.bp,
+    agent_round.bp,
     model.bp,
     hand_over.bp,
     sessions.bp,

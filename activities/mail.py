@@ -59,6 +59,7 @@ import azure.durable_functions as df
 
 from adapters.content_store import ContentNotFound, default_store
 from kernel.content import is_content_ref
+from kernel.state import decode_entity_state
 
 bp = df.Blueprint()
 DEFAULT_TIMEOUT_S = 10.0
@@ -222,11 +223,7 @@ async def load_body(
 async def read_session(
     client: df.DurableOrchestrationClient, session_id: str
 ) -> dict[str, Any] | None:
-    response = await client.read_entity_state(df.EntityId("session", session_id))
-    if not response.entity_exists or response.entity_state is None:
-        return None
-    raw = response.entity_state
-    return json.loads(raw) if isinstance(raw, str) else raw
+    return decode_entity_state(await client.read_entity_state(df.EntityId("session", session_id)))
 
 
 async def lookup(config: MailConfig, operation_id: str) -> dict[str, Any]:

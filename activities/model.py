@@ -22,7 +22,6 @@ activity returns the saved reply instead of paying for the same call again (``"r
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import uuid
@@ -35,6 +34,7 @@ from adapters.attempt_ledger import default_ledger
 from adapters.content_store import default_store
 from kernel import content, planner, tools
 from kernel.model_io import ModelFailure, ModelIOError, ModelRequest, ModelResult, ModelSuccess
+from kernel.state import decode_entity_state
 from kernel.turn_policy import TurnLimits, TurnSettingsError
 
 bp = df.Blueprint()
@@ -46,9 +46,7 @@ async def read_entries(
 ) -> list[dict[str, Any]]:
     """The transcript as this submission sees it: every message before its own user entry, and
     its own messages - never the entries of submissions queued behind it."""
-    state = await client.read_entity_state(df.EntityId("session", session_id))
-    raw = state.entity_state if state.entity_exists else None
-    data = json.loads(raw) if isinstance(raw, str) else raw
+    data = decode_entity_state(await client.read_entity_state(df.EntityId("session", session_id)))
     all_entries = list((data or {}).get("entries", []))
     own = [e["n"] for e in all_entries if e.get("submission_id") == submission_id]
     first = min(own) if own else len(all_entries) + 1

@@ -56,6 +56,7 @@ import azure.durable_functions as df
 from adapters.attempt_ledger import AttemptLedger, attempt_state, default_ledger
 from adapters.content_store import default_store
 from kernel import calculator, tools
+from kernel.state import decode_entity_state
 from kernel.turn_policy import replay_decision
 
 bp = df.Blueprint()
@@ -250,9 +251,8 @@ async def _delete_document(args: dict[str, Any], env: ToolEnv) -> Outcome:
 
 
 async def _note(env: ToolEnv, title: str) -> dict[str, Any] | None:
-    state = await env.client.read_entity_state(df.EntityId("session", env.session_id))
-    raw = state.entity_state if state.entity_exists else None
-    data = (json.loads(raw) if isinstance(raw, str) else raw) or {}
+    read = await env.client.read_entity_state(df.EntityId("session", env.session_id))
+    data = decode_entity_state(read) or {}
     document = data.get("documents", {}).get(tools.note_document_id(title))
     # An empty note is a deleted one (see the module docstring).
     if document is None or document.get("type") != "note" or not document["data"].get("text"):

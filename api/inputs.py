@@ -1,4 +1,4 @@
-"""What the sessions HTTP API accepts: parsing and validation of bodies and queries. Pure.
+"""What the HTTP API accepts: parsing and validation of bodies, queries and route ids. Pure.
 
 Every function returns clean values or raises a ``kernel.errors.ValidationError`` whose
 ``field`` names the offending part of the request (``requestId``, ``text``, ``after``,
@@ -9,6 +9,8 @@ Limits (documented in docs/api.md and docs/openapi.yaml):
 * a submission body is a JSON object of at most ``MAX_BODY_BYTES`` with exactly the keys
   ``requestId`` (1..128 printable characters) and ``text`` (1..32,000 characters, not only
   whitespace);
+* an operator or approval body (``decision``) is a JSON object with exactly ``requestId`` and
+  the decision field, whose value is one of the allowed ones;
 * ``after`` is a non-negative integer; ``wait`` a number of seconds >= 0, capped at
   ``MAX_WAIT_SECONDS``; ``limit`` an integer in 1..``MAX_LIMIT``.
 """
@@ -67,6 +69,26 @@ def json_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ValidationError("invalid_body", "the body must be a JSON object", "body")
     return body
+
+
+def decision(raw: bytes, field: str, allowed: tuple[str, ...]) -> tuple[str, str]:
+    """``(requestId, value)`` of an operator or approval body ``{"requestId", field}``."""
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:
+        raise ValidationError("invalid_json", "the request body is not valid JSON", None) from exc
+    if not isinstance(body, dict):
+        raise ValidationError("invalid_body", "the request body must be a JSON object", None)
+    unknown = sorted(set(body) - {"requestId", field})
+    if unknown:
+        raise ValidationError("invalid_body", f"unknown field {unknown[0]!r}", unknown[0])
+    request_id = ids.validate_request_id(body.get("requestId"), "requestId")
+    value = body.get(field)
+    if value not in allowed:
+        raise ValidationError(
+            f"invalid_{field}", f"{field} must be one of {', '.join(allowed)}", field
+        )
+    return request_id, value
 
 
 def submission(raw: bytes) -> Submission:

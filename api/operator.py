@@ -24,39 +24,14 @@ from typing import Any
 import azure.durable_functions as df
 import azure.functions as func
 
+from api import inputs
+from api.replies import failure, reply
 from kernel import ids
-from kernel.errors import KernelError, ValidationError
+from kernel.errors import ConflictError, KernelError, NotFoundError
 
 bp = df.Blueprint()
 ACTIONS = ("retry", "abort")
 DECISIONS = ("approve", "reject")
-
-
-def reply(body: Any, status: int) -> func.HttpResponse:
-    return func.HttpResponse(json.dumps(body), status_code=status, mimetype="application/json")
-
-
-def error(code: str, message: str, field: str | None, status: int) -> func.HttpResponse:
-    return reply({"error": code, "message": message, "field": field}, status)
-
-
-def _decision(req: func.HttpRequest, field: str, allowed: tuple[str, ...]) -> tuple[str, str]:
-    try:
-        body = req.get_json()
-    except ValueError as exc:
-        raise ValidationError("invalid_json", "the request body is not valid JSON", None) from exc
-    if not isinstance(body, dict):
-        raise ValidationError("invalid_body", "the request body must be a JSON object", None)
-    unknown = sorted(set(body) - {"requestId", field})
-    if unknown:
-        raise ValidationError("invalid_body", f"unknown field {unknown[0]!r}", unknown[0])
-    request_id = ids.validate_request_id(body.get("requestId"), "requestId")
-    value = body.get(field)
-    if value not in allowed:
-        raise ValidationError(
-            f"invalid_{field}", f"{field} must be one of {', '.join(allowed)}", field
-        )
-    return request_id, value
 
 
 async def _custom_status(
@@ -86,9 +61,8 @@ async def _decide(
 ) -> func.HttpResponse:
     found = await _custom_status(client, instance_id, session_id)
     if found is None:
-        return error(
-            "not_found", f"no {waiting_phase} target {instance_id!r} in this session", None, 404
-        )
+        message = f"no {waiting_phase} target {instance_id!r} in this session"
+        return failure(NotFoundError("not_found", message, None))
     runtime, custom = found
     taken = custom.get(decided_key) or {}
     if taken.get("request_id") == request_id:
@@ -96,7 +70,8 @@ async def _decide(
             {"accepted": True, "duplicate": True, "instanceId": instance_id, **payload}, 202
         )
     if runtime != "Running" or custom.get("phase") != waiting_phase or not custom.get("event"):
-        return error("not_waiting", f"{instance_id!r} is not waiting for a decision", None, 409)
+        message = f"{instance_id!r} is not waiting for a decision"
+        return failure(ConflictError("not_waiting", message, None))
     await client.raise_event(instance_id, custom["event"], {"requestId": request_id, **payload})
     return reply({"accepted": True, "duplicate": False, "instanceId": instance_id, **payload}, 202)
 
@@ -109,9 +84,9 @@ async def operator(
     try:
         session_id = ids.validate_session_id(req.route_params.get("sessionId"), "sessionId")
         submission_id = ids.validate_key(req.route_params.get("submissionId"), "submissionId")
-        request_id, action = _decision(req, "action", ACTIONS)
+        request_id, action = inputs.decision(req.get_body(), "action", ACTIONS)
     except KernelError as exc:
-        return reply(exc.to_dict(), exc.http_status)
+        return failure(exc)
     run_id = ids.child_task_id(ids.turn_instance_id(session_id, submission_id), "run")
     return await _decide(
         client, run_id, session_id, "needs_attention", "operator", request_id, {"action": action}
@@ -126,9 +101,9 @@ async def approval(
     try:
         session_id = ids.validate_session_id(req.route_params.get("sessionId"), "sessionId")
         task_id = ids.validate_instance_id(req.route_params.get("toolTaskId"), "toolTaskId")
-        request_id, decision = _decision(req, "decision", DECISIONS)
+        request_id, decision = inputs.decision(req.get_body(), "decision", DECISIONS)
     except KernelError as exc:
-        return reply(exc.to_dict(), exc.http_status)
+        return failure(exc)
     return await _decide(
         client, task_id, session_id, "approval", "approval", request_id, {"decision": decision}
     )

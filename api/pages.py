@@ -17,7 +17,7 @@ import azure.durable_functions as df
 import azure.functions as func
 
 from api import inputs
-from api.sessions import failure
+from api.replies import failure
 from kernel.errors import KernelError, NotFoundError
 
 bp = df.Blueprint()

@@ -21,7 +21,6 @@ view is the empty session at cursor 0 and the change stream waits from there.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -32,24 +31,16 @@ from azure.durable_functions.models.OrchestrationRuntimeStatus import Orchestrat
 
 from adapters.content_store import default_store
 from api import inputs, purge
+from api.replies import failure, reply
 from kernel import content, ids
 from kernel import session as core
 from kernel.errors import ConflictError, KernelError, NotFoundError
+from kernel.state import decode_entity_state
 from kernel.submissions import MAX_QUEUED_SUBMISSIONS
 
 bp = df.Blueprint()
 POLL_SECONDS = 0.2
 RUNNING = [OrchestrationRuntimeStatus.Pending, OrchestrationRuntimeStatus.Running]
-
-
-def reply(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> func.HttpResponse:
-    return func.HttpResponse(
-        json.dumps(body), status_code=status, mimetype="application/json", headers=headers
-    )
-
-
-def failure(exc: KernelError) -> func.HttpResponse:
-    return reply(exc.to_dict(), exc.http_status)
 
 
 def not_found(session_id: str) -> NotFoundError:
@@ -63,12 +54,7 @@ def _now() -> str:
 async def read_state(
     client: df.DurableOrchestrationClient, session_id: str
 ) -> dict[str, Any] | None:
-    state = await client.read_entity_state(df.EntityId("session", session_id))
-    if not state.entity_exists or state.entity_state is None:
-        return None
-    raw = state.entity_state
-    parsed = json.loads(raw) if isinstance(raw, str) else raw
-    return parsed if isinstance(parsed, dict) else None
+    return decode_entity_state(await client.read_entity_state(df.EntityId("session", session_id)))
 
 
 async def accepted_not_committed(client: df.DurableOrchestrationClient, session_id: str) -> bool:

@@ -28,12 +28,8 @@ from kernel.entries import append_entry
 from kernel.errors import ConflictError
 from kernel.requests import CommitRequest, SubmissionPatch, parse
 from kernel.state import State, upgrade, validate_timestamp, working_copy
-from kernel.submissions import (
-    FINAL_STATUSES,
-    find_submission,
-    finish_submission,
-    submission_item,
-)
+from kernel.statuses import FINAL_SUBMISSION_STATUSES
+from kernel.submissions import find_submission, finish_submission, submission_item
 from kernel.tasks import upsert_task
 
 
@@ -92,7 +88,7 @@ def _put_documents(
 
 def _check_open(state: State, sub_id: str, field: str) -> None:
     sub = find_submission(state, sub_id, field)
-    if sub["status"] in FINAL_STATUSES:
+    if sub["status"] in FINAL_SUBMISSION_STATUSES:
         raise ConflictError(
             "submission_finished", f"submission {sub_id!r} is already {sub['status']}", field
         )

@@ -29,13 +29,9 @@ from kernel import ids
 from kernel.content import content_ref, needs_reference, validate_content_ref, validate_inline_text
 from kernel.documents import DOCUMENT_ID_PATTERN
 from kernel.errors import ValidationError
+from kernel.statuses import FinalStatusValue, TaskStatusValue
 
 Role = Literal["user", "assistant", "tool", "system"]
-TaskStatus = Literal[
-    "pending", "running", "waiting", "sleeping", "completing",
-    "completed", "failed", "cancelled", "interrupted", "needs_attention",
-]  # fmt: skip
-FinalStatus = Literal["completed", "failed", "cancelled"]
 
 MAX_TEXT_CHARS = 32_000
 MAX_DATA_BYTES = 16 * 1024
@@ -128,7 +124,7 @@ class TaskPatch(_Request):
     id: InstanceId
     kind: Name | None = None
     version: Annotated[str, Field(max_length=64)] | None = None
-    status: TaskStatus | None = None
+    status: TaskStatusValue | None = None
     phase: Annotated[str, Field(max_length=64)] | None = None
     parent: InstanceId | None = None
     reason: Reason | None = None
@@ -136,7 +132,7 @@ class TaskPatch(_Request):
 
 class SubmissionPatch(_Request):
     id: SubmissionId | None = None
-    status: FinalStatus | None = None
+    status: FinalStatusValue | None = None
     answer: InlineText | None = None
 
 
@@ -176,7 +172,7 @@ class CommitRequest(_Request):
 
 class FinishRequest(_Request):
     submission_id: SubmissionId
-    status: FinalStatus
+    status: FinalStatusValue
     answer: InlineText | None = None
 
 

@@ -15,6 +15,8 @@ Contract:
   worker in a rolling deploy cannot rewrite a shape it does not understand.
 * ``working_copy(state)`` is a deep copy that reducers mutate; the input stays untouched, so
   an operation that raises halfway has changed nothing.
+* ``decode_entity_state(read)`` is the state in what a durable client's ``read_entity_state``
+  answered (JSON text or an object, depending on the SDK path), or None when there is none.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from kernel import ids
 from kernel.errors import ConflictError, ValidationError
@@ -91,3 +93,19 @@ def validate_timestamp(value: object, field: str = "now") -> str:
         except ValueError:
             pass
     raise ValidationError("invalid_timestamp", "must be an ISO-8601 timestamp in UTC", field)
+
+
+class EntityRead(Protocol):
+    """What ``DurableOrchestrationClient.read_entity_state`` answers."""
+
+    entity_exists: bool
+    entity_state: Any
+
+
+def decode_entity_state(read: EntityRead) -> State | None:
+    """The stored session state, or None when the entity holds none."""
+    if not read.entity_exists or read.entity_state is None:
+        return None
+    raw = read.entity_state
+    parsed = json.loads(raw) if isinstance(raw, str) else raw
+    return parsed if isinstance(parsed, dict) else None

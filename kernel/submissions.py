@@ -29,9 +29,9 @@ from kernel.entries import append_entry
 from kernel.errors import ConflictError, NotFoundError, ValidationError
 from kernel.requests import AcceptRequest, CancelRequest, FinishRequest, TaskPatch, parse
 from kernel.state import MAIN_CONVERSATION, State, upgrade, validate_timestamp, working_copy
+from kernel.statuses import FINAL_SUBMISSION_STATUSES, SubmissionStatus
 from kernel.tasks import close_task, upsert_task
 
-FINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 MAX_QUEUED_SUBMISSIONS = 100
 
 Result = dict[str, Any]
@@ -64,7 +64,7 @@ def accept(state: State, request: object, now: str) -> tuple[State, Result]:
         "submission_id": sub_id,
         "status": sub["status"],
         "duplicate": False,
-        "active": sub["status"] == "active",
+        "active": sub["status"] == SubmissionStatus.ACTIVE,
         "position": position(new, sub_id),
         "turn_instance_id": sub["turn_instance_id"],
         "entry": sub["entry"],
@@ -81,9 +81,10 @@ def _open_submission(state: State, sub_id: str, req: AcceptRequest, at: str) -> 
     turn_id = ids.turn_instance_id(state["session_id"], sub_id)
     items.append(upsert_task(state, TaskPatch(id=turn_id, kind="turn"), at=at, field="task"))
     active = state["active_submission"] is None
+    status = SubmissionStatus.ACTIVE if active else SubmissionStatus.QUEUED
     state["submissions"][sub_id] = {
         "id": sub_id, "request_id": req.request_id, "text": inline, "text_ref": req.text_ref,
-        "status": "active" if active else "queued", "accepted_at": at,
+        "status": status, "accepted_at": at,
         "started_at": at if active else None, "finished_at": None, "answer": None,
         "turn_instance_id": turn_id, "entry": state["entries"][-1]["n"],
         "cancel_requested_at": None, "cancel_reason": None,
@@ -102,7 +103,7 @@ def finish(state: State, request: object, now: str) -> tuple[State, Result]:
     req = parse(FinishRequest, request)
     current = upgrade(state)
     sub = find_submission(current, req.submission_id)
-    if sub["status"] in FINAL_STATUSES:
+    if sub["status"] in FINAL_SUBMISSION_STATUSES:
         return current, _finish_result(sub, duplicate=True)
     new = working_copy(current)
     items = finish_submission(new, req.submission_id, req.status, req.answer, at=at)
@@ -127,7 +128,7 @@ def finish_submission(
     """Make an open submission final in ``state`` (a working copy) and hand the turn over."""
     sub = state["submissions"][sub_id]
     was_active = state["active_submission"] == sub_id
-    if not was_active and status == "completed":
+    if not was_active and status == SubmissionStatus.COMPLETED:
         raise ConflictError("not_active", "only the active submission can complete", field)
     sub.update(status=status, finished_at=at, finished_cursor=state["cursor"] + 1)
     if answer is not None:
@@ -144,7 +145,7 @@ def finish_submission(
     state["active_submission"] = following
     sub["next_submission_id"] = following
     if following is not None:
-        state["submissions"][following].update(status="active", started_at=at)
+        state["submissions"][following].update(status=SubmissionStatus.ACTIVE, started_at=at)
         items.append(submission_item(state["submissions"][following]))
     return items
 
@@ -154,13 +155,14 @@ def cancel(state: State, request: object, now: str) -> tuple[State, Result]:
     req = parse(CancelRequest, request)
     current = upgrade(state)
     sub = find_submission(current, req.submission_id)
-    if sub["status"] in FINAL_STATUSES or sub["cancel_requested_at"] is not None:
+    if sub["status"] in FINAL_SUBMISSION_STATUSES or sub["cancel_requested_at"] is not None:
         return current, _cancel_result(sub, current["cursor"], changed=False)
     new = working_copy(current)
     sub = new["submissions"][req.submission_id]
     sub.update(cancel_requested_at=at, cancel_reason=req.reason)
-    if sub["status"] == "queued":
-        items = finish_submission(new, sub["id"], "cancelled", None, at=at, reason=req.reason)
+    if sub["status"] == SubmissionStatus.QUEUED:
+        cancelled = SubmissionStatus.CANCELLED
+        items = finish_submission(new, sub["id"], cancelled, None, at=at, reason=req.reason)
     else:
         items = [submission_item(sub)]
     cursor = record_change(new, op="cancel", at=at, items=items)

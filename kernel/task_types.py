@@ -39,6 +39,7 @@ from kernel import ids
 from kernel.content import CONTENT_REF_PATTERN
 from kernel.documents import DOCUMENT_ID_PATTERN, MAX_RECIPIENTS, Email
 from kernel.errors import KernelError, ValidationError
+from kernel.statuses import TaskStatus
 
 Outcome = Literal["confirmed", "rejected", "cancelled", "uncertain", "failed"]
 OUTCOMES: tuple[str, ...] = ("confirmed", "rejected", "cancelled", "uncertain", "failed")
@@ -47,12 +48,12 @@ MAX_SUBJECT_CHARS = 200
 BODY_REF_PATTERN = f"{CONTENT_REF_PATTERN}|{DOCUMENT_ID_PATTERN}"
 # Task statuses of a finished child, by its outcome: an uncertain send is surfaced as
 # interrupted (a person has to look), never closed as if it were known.
-CHILD_STATUS: dict[str, str] = {
-    "confirmed": "completed",
-    "rejected": "failed",
-    "failed": "failed",
-    "cancelled": "cancelled",
-    "uncertain": "interrupted",
+CHILD_STATUS: dict[str, TaskStatus] = {
+    "confirmed": TaskStatus.COMPLETED,
+    "rejected": TaskStatus.FAILED,
+    "failed": TaskStatus.FAILED,
+    "cancelled": TaskStatus.CANCELLED,
+    "uncertain": TaskStatus.INTERRUPTED,
 }
 
 _EMAIL = pydantic.TypeAdapter(Email)
@@ -233,14 +234,14 @@ def summarize(results: Sequence[Mapping[str, Any]], stopped: str | None = None) 
     return f"{text} ({stopped})" if stopped else text
 
 
-def final_status(results: Sequence[Mapping[str, Any]], cancelled: bool) -> str:
+def final_status(results: Sequence[Mapping[str, Any]], cancelled: bool) -> TaskStatus:
     """The parent's terminal task status: a cancel request wins, then an unresolved send."""
     outcomes = {r.get("outcome") for r in results}
     if cancelled:
-        return "cancelled"
+        return TaskStatus.CANCELLED
     if "uncertain" in outcomes:
-        return "interrupted"
-    return "completed" if outcomes <= {"confirmed"} else "failed"
+        return TaskStatus.INTERRUPTED
+    return TaskStatus.COMPLETED if outcomes <= {"confirmed"} else TaskStatus.FAILED
 
 
 def error_result(error: KernelError | Mapping[str, Any]) -> dict[str, Any]:

@@ -26,16 +26,16 @@ from typing import Any
 from kernel.errors import ConflictError, NotFoundError, ValidationError
 from kernel.requests import TaskPatch
 from kernel.state import State
+from kernel.statuses import TERMINAL_TASK_STATUSES, TaskStatus
 
-TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "interrupted"})
 _RANK = {
-    "pending": 0,
-    "running": 1,
-    "waiting": 1,
-    "sleeping": 1,
-    "needs_attention": 1,
-    "completing": 2,
-    **dict.fromkeys(TERMINAL_STATUSES, 3),
+    TaskStatus.PENDING: 0,
+    TaskStatus.RUNNING: 1,
+    TaskStatus.WAITING: 1,
+    TaskStatus.SLEEPING: 1,
+    TaskStatus.NEEDS_ATTENTION: 1,
+    TaskStatus.COMPLETING: 2,
+    **dict.fromkeys(TERMINAL_TASK_STATUSES, 3),
 }
 _FIXED_FIELDS = ("kind", "version", "parent")
 
@@ -70,7 +70,7 @@ def _create(state: State, patch: TaskPatch, *, at: str, field: str) -> dict[str,
         "id": patch.id,
         "kind": patch.kind,
         "version": patch.version,
-        "status": patch.status or "pending",
+        "status": patch.status or TaskStatus.PENDING,
         "phase": patch.phase,
         "parent": patch.parent,
         "children": [],
@@ -110,7 +110,7 @@ def _update(task: dict[str, Any], patch: TaskPatch, *, at: str, field: str) -> N
 
 def close_task(task: dict[str, Any], status: str, *, at: str, reason: str | None) -> bool:
     """Move a task to terminal ``status`` unless it already is terminal; True if it moved."""
-    if task["status"] in TERMINAL_STATUSES:
+    if task["status"] in TERMINAL_TASK_STATUSES:
         return False
     task["status"] = status
     task["updated_at"] = at

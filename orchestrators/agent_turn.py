@@ -38,19 +38,12 @@ import azure.durable_functions as df
 from kernel import ids
 from kernel.content import REFERENCE_THRESHOLD_BYTES
 from kernel.requests import MAX_REASON_CHARS
+from kernel.statuses import FINAL_SUBMISSION_STATUSES, SubmissionStatus, TaskStatus
+from orchestrators.steps import event_or_deadline, session_entity, set_phase
 
 bp = df.Blueprint()
 QUEUE_POLL = timedelta(seconds=30)
-FINAL = ("completed", "failed", "cancelled")
 ELLIPSIS = "…"
-
-
-def session_entity(session_id: str) -> df.EntityId:
-    return df.EntityId("session", ids.session_entity_key(session_id))
-
-
-def status(context: df.DurableOrchestrationContext, phase: str, **extra: Any) -> None:
-    context.set_custom_status({"phase": phase, **extra})
 
 
 def accept_request(job: dict[str, Any]) -> dict[str, Any]:
@@ -66,15 +59,15 @@ def finish_status(outcome: Any) -> tuple[str, str | None, str | None]:
     the reason says a person is needed.
     """
     if not isinstance(outcome, dict):
-        return "failed", None, "the run returned no outcome"
+        return SubmissionStatus.FAILED, None, "the run returned no outcome"
     answer = outcome.get("answer") if isinstance(outcome.get("answer"), str) else None
     reason = outcome.get("reason") if isinstance(outcome.get("reason"), str) else None
     run_status = outcome.get("status")
-    if run_status in FINAL:
+    if run_status in FINAL_SUBMISSION_STATUSES:
         return run_status, answer, reason
     if run_status == "needs_attention":
-        return "failed", answer, reason or "needs attention"
-    return "failed", answer, reason or f"the run ended with status {run_status!r}"
+        return SubmissionStatus.FAILED, answer, reason or "needs attention"
+    return SubmissionStatus.FAILED, answer, reason or f"the run ended with status {run_status!r}"
 
 
 def clip_inline(text: str | None, limit: int = REFERENCE_THRESHOLD_BYTES) -> str | None:
@@ -110,24 +103,24 @@ def agent_turn(context: df.DurableOrchestrationContext) -> Generator[Any, Any, d
     job: dict[str, Any] = context.get_input()
     entity = session_entity(job["session_id"])
     submission_id = job["submission_id"]
-    status(context, "accept")
+    set_phase(context, "accept")
     accepted = yield context.call_entity(entity, "accept", accept_request(job))
     if not accepted["ok"]:
-        status(context, "rejected", error=accepted["error"]["error"])
+        set_phase(context, "rejected", error=accepted["error"]["error"])
         return {"ok": False, "error": accepted["error"]}
     result = accepted["result"]
-    if result["status"] in FINAL:
+    if result["status"] in FINAL_SUBMISSION_STATUSES:
         return (yield from stored_outcome(context, entity, submission_id))
-    if result["status"] == "queued":
+    if result["status"] == SubmissionStatus.QUEUED:
         if not result["duplicate"]:
             yield context.call_entity(
-                entity, "commit", task_update(context.instance_id, "waiting", "queued")
+                entity, "commit", task_update(context.instance_id, TaskStatus.WAITING, "queued")
             )
         turn = yield from wait_for_turn(context, entity, submission_id)
-        if turn == "queued":
+        if turn == SubmissionStatus.QUEUED:
             context.continue_as_new(job)
-            return {"ok": True, "status": "queued"}
-        if turn in FINAL:
+            return {"ok": True, "status": SubmissionStatus.QUEUED}
+        if turn in FINAL_SUBMISSION_STATUSES:
             return (yield from stored_outcome(context, entity, submission_id))
     return (yield from run_and_finish(context, entity, job))
 
@@ -136,31 +129,29 @@ def wait_for_turn(
     context: df.DurableOrchestrationContext, entity: df.EntityId, submission_id: str
 ) -> Generator[Any, Any, str]:
     """Wait for the hand-over event or the poll timer; the submission's status afterwards."""
-    status(context, "queued")
-    handed = context.wait_for_external_event(f"turn:{submission_id}")
-    poll = context.create_timer(context.current_utc_datetime + QUEUE_POLL)
-    winner = yield context.task_any([handed, poll])
-    if winner == handed:
-        poll.cancel()
-        return "active"
+    set_phase(context, "queued")
+    deadline = context.current_utc_datetime + QUEUE_POLL
+    handed, _ = yield from event_or_deadline(context, f"turn:{submission_id}", deadline)
+    if handed:
+        return SubmissionStatus.ACTIVE
     view = yield context.call_entity(entity, "submission_view", {"submission_id": submission_id})
-    return view["result"]["status"] if view["ok"] else "failed"
+    return view["result"]["status"] if view["ok"] else SubmissionStatus.FAILED
 
 
 def run_and_finish(
     context: df.DurableOrchestrationContext, entity: df.EntityId, job: dict[str, Any]
 ) -> Generator[Any, Any, dict[str, Any]]:
     turn_id = context.instance_id
-    status(context, "run")
-    yield context.call_entity(entity, "commit", task_update(turn_id, "running", "run"))
+    set_phase(context, "run")
+    yield context.call_entity(entity, "commit", task_update(turn_id, TaskStatus.RUNNING, "run"))
     try:
         outcome = yield context.call_sub_orchestrator(
             "agent_run", {**job, "turn_instance_id": turn_id}, ids.child_task_id(turn_id, "run")
         )
     except Exception as exc:  # noqa: BLE001 - a failed child still finishes the submission
-        outcome = {"status": "failed", "answer": None, "reason": str(exc)[:500]}
+        outcome = {"status": SubmissionStatus.FAILED, "answer": None, "reason": str(exc)[:500]}
     final, answer, reason = finish_status(outcome)
-    status(context, "finishing")
+    set_phase(context, "finishing")
     finished = yield context.call_entity(
         entity, "commit", finish_commit(job, turn_id, final, answer, reason)
     )
@@ -186,7 +177,7 @@ def run_and_finish(
             },
         )
     final = stored.get("status", final)
-    status(context, "done", status=final)
+    set_phase(context, "done", status=final)
     return {"ok": True, "status": final, "answer": answer, "reason": reason, "duplicate": False}
 
 
@@ -196,7 +187,7 @@ def stored_outcome(
     """The outcome the session holds for a submission that is already final."""
     view = yield context.call_entity(entity, "submission_view", {"submission_id": submission_id})
     sub = view.get("result") or {}
-    status(context, "done", status=sub.get("status"), duplicate=True)
+    set_phase(context, "done", status=sub.get("status"), duplicate=True)
     return {
         "ok": True,
         "status": sub.get("status"),

@@ -49,9 +49,9 @@ from activities.cancel import cancel_event
 from kernel import ids, task_types
 from kernel.documents import MAX_RECIPIENTS
 from kernel.errors import KernelError
+from kernel.statuses import TERMINAL_TASK_STATUSES, TaskStatus
 from kernel.task_types import CHILD_STATUS, OUTCOMES, NoticeSettings, SendNoticeInput
-from kernel.tasks import TERMINAL_STATUSES
-from orchestrators.agent_run import event_payload
+from orchestrators.steps import event_payload, session_entity, set_phase
 
 bp = df.Blueprint()
 PARENT = task_types.task_type("send_notices")
@@ -62,14 +62,6 @@ COMMIT_ATTEMPTS = MAX_RECIPIENTS + 4
 MAX_DETAIL = 300
 
 Gen = Generator[Any, Any, Any]
-
-
-def session_entity(session_id: str) -> df.EntityId:
-    return df.EntityId("session", ids.session_entity_key(session_id))
-
-
-def show(context: df.DurableOrchestrationContext, phase: str, **extra: Any) -> None:
-    context.set_custom_status({"phase": phase, **extra})
 
 
 def event_reason(payload: Any) -> str:
@@ -144,9 +136,10 @@ class Run:
         data = {"recipients": list(self.job.recipients), "subject": self.job.subject,
                 "body_ref": self.body_ref, "policy": self.job.policy, "receipts": receipts}
         parent = {"id": self.parent_id, "kind": PARENT.kind, "version": PARENT.version,
-                  "status": "waiting", "phase": "waiting", "parent": self.job.tool_task_id}
+                  "status": TaskStatus.WAITING, "phase": "waiting",
+                  "parent": self.job.tool_task_id}
         tasks = [{"id": c.instance_id, "kind": CHILD.kind, "version": CHILD.version,
-                  "status": "pending", "phase": "planned", "parent": self.parent_id}
+                  "status": TaskStatus.PENDING, "phase": "planned", "parent": self.parent_id}
                  for c in self.children]
         documents = [{"id": self.plan_id, "type": "notice_plan", "data": data,
                       "expected_version": 0}]
@@ -228,7 +221,7 @@ class Run:
         tasks = [{"id": self.parent_id, "status": status, "phase": "done",
                   "reason": clip(summary, 1000)}]
         for child in self.children:
-            if statuses.get(child.instance_id) not in (None, *TERMINAL_STATUSES):
+            if statuses.get(child.instance_id) not in (None, *TERMINAL_TASK_STATUSES):
                 outcome = self.outcomes[child.index]
                 tasks.append({"id": child.instance_id, "status": CHILD_STATUS[outcome["outcome"]],
                               "phase": "done", "reason": clip(outcome.get("detail") or "", 1000)})
@@ -242,7 +235,7 @@ def clip(text: str, limit: int = MAX_DETAIL) -> str:
 
 @bp.orchestration_trigger(context_name="context")
 def send_notices(context: df.DurableOrchestrationContext) -> Gen:
-    show(context, "validating")
+    set_phase(context, "validating")
     try:
         job = task_types.parse_input(PARENT.kind, context.get_input())
     except KernelError as exc:
@@ -260,7 +253,7 @@ def send_notices(context: df.DurableOrchestrationContext) -> Gen:
     planned = yield context.call_entity(session_entity(job.session_id), "commit", run.plan_commit())
     if not planned["ok"]:
         return refuse(context, planned["error"])
-    show(context, "waiting", total=len(run.children))
+    set_phase(context, "waiting", total=len(run.children))
     stop = yield from join_children(context, run)
     if stop is not None:
         yield from wind_down(context, run, stop)
@@ -278,7 +271,7 @@ def join_children(context: df.DurableOrchestrationContext, run: Run) -> Gen:
         if winner == cancel:
             return Stop("cancelled", f"cancel requested: {event_reason(cancel.result)}")
         outcome = run.settle(winner)
-        show(context, "waiting", total=len(run.children), settled=len(run.outcomes))
+        set_phase(context, "waiting", total=len(run.children), settled=len(run.outcomes))
         if run.job.policy == "failFast" and outcome["outcome"] != "confirmed":
             return Stop("failFast", f"failFast: {outcome['recipient']} {outcome['outcome']}")
     return None
@@ -286,9 +279,9 @@ def join_children(context: df.DurableOrchestrationContext, run: Run) -> Gen:
 
 def wind_down(context: df.DurableOrchestrationContext, run: Run, stop: Stop) -> Gen:
     """Record the intent, ask running children to stop, terminate stragglers after a grace."""
-    show(context, "completing", reason=clip(stop.reason, 200))
+    set_phase(context, "completing", reason=clip(stop.reason, 200))
     yield context.call_entity(session_entity(run.job.session_id), "commit", {"tasks": [
-        {"id": run.parent_id, "status": "completing", "phase": "cancelling",
+        {"id": run.parent_id, "status": TaskStatus.COMPLETING, "phase": "cancelling",
          "reason": clip(stop.reason, 1000)}]})
     for action in ("raise_cancel", "terminate_stragglers"):
         if not run.running:
@@ -313,10 +306,10 @@ def drain(context: df.DurableOrchestrationContext, run: Run, seconds: float) -> 
 
 def finish(context: df.DurableOrchestrationContext, run: Run, stop: Stop | None) -> Gen:
     """Merge the outcomes into the plan and close the task records; return the result."""
-    show(context, "recording")
+    set_phase(context, "recording")
     recorded = yield from record_outcomes(context, run, stop)
     results, summary, status = run.conclusion(stop)
-    show(context, "done", status=status, summary=clip(summary, 200))
+    set_phase(context, "done", status=status, summary=clip(summary, 200))
     kind = "settled" if stop is None else ("cancelled" if stop.kind == "cancelled" else "stopped")
     return {"ok": all(r["outcome"] == "confirmed" for r in results), "kind": kind,
             "results": results, "summary": summary, "plan_id": run.plan_id,
@@ -344,7 +337,7 @@ def record_outcomes(context: df.DurableOrchestrationContext, run: Run, stop: Sto
 
 def refuse(context: df.DurableOrchestrationContext, error: Any) -> dict[str, Any]:
     result = task_types.error_result(error)
-    show(context, "done", status="invalid", error=result["error"]["error"])
+    set_phase(context, "done", status="invalid", error=result["error"]["error"])
     return result
 
 
@@ -399,18 +392,18 @@ def send_notice(context: df.DurableOrchestrationContext) -> Gen:
         recipient = raw.get("recipient") if isinstance(raw, dict) else None
         return {"ok": False, "kind": "failed", "recipient": recipient, "outcome": "failed",
                 "detail": f"invalid child input: {exc}", "receipt": None}
-    show(context, "intent")
+    set_phase(context, "intent")
     intent = yield context.call_entity(session_entity(job.session_id), "commit", {"tasks": [
-        {"id": context.instance_id, "status": "running", "phase": "sending"}]})
+        {"id": context.instance_id, "status": TaskStatus.RUNNING, "phase": "sending"}]})
     if intent["ok"]:
         cancel = context.wait_for_external_event(cancel_event(context.instance_id))
         verdict = yield from deliver(context, job, cancel, Facts())
     else:  # never send what could not be recorded as intended
         verdict = Verdict("failed", clip(f"intent not recorded: {intent['error']['message']}"))
     receipt = receipt_for(job, verdict)
-    show(context, "recording", outcome=verdict.outcome)
+    set_phase(context, "recording", outcome=verdict.outcome)
     recorded = yield from record(context, job, verdict, receipt)
-    show(context, "done", outcome=verdict.outcome)
+    set_phase(context, "done", outcome=verdict.outcome)
     return {"ok": verdict.outcome == "confirmed", "kind": verdict.outcome,
             "recipient": job.recipient, "outcome": verdict.outcome, "detail": verdict.detail,
             "receipt": receipt, "recorded": recorded}
@@ -426,7 +419,7 @@ def deliver(context: df.DurableOrchestrationContext, job: SendNoticeInput, cance
         if (yield from sleep_or_cancel(context, cancel, 0)):
             return (yield from after_cancel(context, job, facts))
         facts.attempts += 1
-        show(context, "sending", attempt=facts.attempts)
+        set_phase(context, "sending", attempt=facts.attempts)
         answer = yield context.call_activity("send_mail", send)
         facts.note(answer)
         if answer["kind"] == "accepted":
@@ -434,7 +427,7 @@ def deliver(context: df.DurableOrchestrationContext, job: SendNoticeInput, cance
         if answer["kind"] == "rejected":
             return refused(answer)
         if answer["kind"] == "transient" and facts.attempts < settings.send_attempts:
-            show(context, "backoff", attempt=facts.attempts)
+            set_phase(context, "backoff", attempt=facts.attempts)
             if (yield from sleep_or_cancel(context, cancel, backoff(settings, answer, facts))):
                 return (yield from after_cancel(context, job, facts))
             continue
@@ -464,7 +457,7 @@ def confirm(context: df.DurableOrchestrationContext, job: SendNoticeInput, cance
     """
     settings = job.settings
     for _ in range(settings.confirm_attempts):
-        show(context, "confirming", query=facts.queries + 1)
+        set_phase(context, "confirming", query=facts.queries + 1)
         stopping = yield from sleep_or_cancel(context, cancel, settings.confirm_interval_s)
         answer = yield context.call_activity("query_mail", {"operation_id": job.operation_id})
         facts.queries += 1

@@ -27,15 +27,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Generator
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import azure.durable_functions as df
 
 from kernel import content, ids, tools
+from kernel.statuses import TaskStatus
 from kernel.turn_policy import TurnLimits
-from orchestrators.agent_run import error_text, event_payload, set_status
-from orchestrators.agent_turn import session_entity
+from orchestrators.steps import (
+    error_text,
+    event_or_deadline,
+    event_payload,
+    session_entity,
+    set_status,
+)
 
 bp = df.Blueprint()
 MAX_LEASE_WAITS = 30
@@ -43,10 +50,14 @@ INLINE_ARGUMENTS_BYTES = 8 * 1024
 INLINE_RESULT_BYTES = 12 * 1024
 
 
-def _final_status(result: dict[str, Any]) -> str:
+Gen = Generator[Any, Any, Any]
+FINAL_BY_KIND = {"interrupted": TaskStatus.INTERRUPTED, "rejected": TaskStatus.CANCELLED}
+
+
+def _final_status(result: dict[str, Any]) -> TaskStatus:
     if result.get("ok"):
-        return "completed"
-    return {"interrupted": "interrupted", "rejected": "cancelled"}.get(result.get("kind"), "failed")
+        return TaskStatus.COMPLETED
+    return FINAL_BY_KIND.get(result.get("kind"), TaskStatus.FAILED)
 
 
 def _small(result: dict[str, Any]) -> dict[str, Any]:
@@ -104,174 +115,232 @@ def envelope(call: dict[str, Any], result: dict[str, Any], status: str) -> dict[
     }
 
 
+@dataclass(frozen=True, slots=True)
+class ToolJob:
+    """One tool task's input, read once: the call, its ids and the turn's limits."""
+
+    task_id: str
+    job: dict[str, Any]
+    call: dict[str, Any]
+    name: str
+    limits: TurnLimits
+    entity: df.EntityId
+
+    @classmethod
+    def of(cls, task_id: str, job: dict[str, Any]) -> ToolJob:
+        call = job["call"]
+        limits = TurnLimits.from_dict(job["limits"])
+        return cls(task_id, job, call, str(call["name"]), limits, session_entity(job["session_id"]))
+
+    @property
+    def submission_id(self) -> str:
+        return str(self.job["submission_id"])
+
+    def commit(self, **parts: Any) -> dict[str, Any]:
+        """A session commit of this submission."""
+        return {"submission_id": self.submission_id, **parts}
+
+
+@dataclass(slots=True)
+class Ran:
+    """What the execute phase produced: the result, and for ``execute_tool`` its extras."""
+
+    result: dict[str, Any]
+    documents: list[dict[str, Any]] = field(default_factory=list)
+    result_ref: str | None = None
+    runs: int | None = None
+
+
 @bp.orchestration_trigger(context_name="context")
 def tool_task(context: df.DurableOrchestrationContext) -> Generator[Any, Any, dict[str, Any]]:
-    job: dict[str, Any] = context.get_input()
-    call, task_id, sub_id = job["call"], context.instance_id, job["submission_id"]
-    limits = TurnLimits.from_dict(job["limits"])
-    entity = session_entity(job["session_id"])
-    name = str(call["name"])
-
-    # call: resolve and validate
-    set_status(context, "call", tool=name)
-    valid, checked = tools.validate_call(name, call.get("arguments"))
+    tool = ToolJob.of(context.instance_id, context.get_input())
+    set_status(context, "call", tool=tool.name)
+    valid, checked = tools.validate_call(tool.name, tool.call.get("arguments"))
     if not valid:
-        status = "failed"
-        yield context.call_entity(
-            entity,
-            "commit",
-            {
-                "submission_id": sub_id,
-                "entries": [result_entry(task_id, call, checked, None)],
-                "tasks": [
-                    {
-                        "id": task_id,
-                        "status": status,
-                        "phase": "rejected",
-                        "reason": str(checked["message"])[:1000],
-                    }
-                ],
-            },
-        )
-        set_status(context, "applied", tool=name, ok=False)
-        return envelope(call, checked, status)
-    spec = tools.TOOLS[name]
-
-    # fact 1: call accepted
-    accepted = yield context.call_entity(
-        entity,
-        "commit",
-        {
-            "submission_id": sub_id,
-            "entries": [intent_entry(task_id, call, checked, spec)],
-            "tasks": [{"id": task_id, "status": "running", "phase": "accepted"}],
-        },
-    )
+        return (yield from reject_call(context, tool, checked))
+    spec = tools.TOOLS[tool.name]
+    accepted = yield from accept_call(context, tool, checked, spec)
     if not accepted["ok"]:
-        return envelope(
-            call, {"ok": False, "kind": "commit_failed", "message": error_text(accepted)}, "failed"
-        )
+        failure = {"ok": False, "kind": "commit_failed", "message": error_text(accepted)}
+        return envelope(tool.call, failure, TaskStatus.FAILED)
+    approval = (yield from await_approval(context, tool)) if spec.requires_approval else None
+    set_status(context, "execute", tool=tool.name, approval=approval)
+    ran = yield from execute(context, tool, checked, spec, approval)
+    result = yield from record_outcome(context, tool, ran)
+    return (yield from apply_result(context, tool, result, ran.result_ref, approval))
 
-    # approval
-    approval = None
-    if spec.requires_approval:
-        event = f"approval:{task_id}"
-        deadline = context.current_utc_datetime + timedelta(seconds=limits.approval_timeout_s)
+
+def reject_call(context: df.DurableOrchestrationContext, tool: ToolJob, checked: Any) -> Gen:
+    """A call that failed validation: its error is its result, in one commit."""
+    status = TaskStatus.FAILED
+    yield context.call_entity(
+        tool.entity,
+        "commit",
+        tool.commit(
+            entries=[result_entry(tool.task_id, tool.call, checked, None)],
+            tasks=[
+                {
+                    "id": tool.task_id,
+                    "status": status,
+                    "phase": "rejected",
+                    "reason": str(checked["message"])[:1000],
+                }
+            ],
+        ),
+    )
+    set_status(context, "applied", tool=tool.name, ok=False)
+    return envelope(tool.call, checked, status)
+
+
+def accept_call(
+    context: df.DurableOrchestrationContext,
+    tool: ToolJob,
+    checked: dict[str, Any],
+    spec: tools.ToolSpec[Any],
+) -> Gen:
+    """Fact 1, call accepted: the intent with the final arguments and the replay policy."""
+    return (
         yield context.call_entity(
-            entity,
+            tool.entity,
             "commit",
-            {
-                "submission_id": sub_id,
-                "tasks": [{"id": task_id, "status": "waiting", "phase": "approval"}],
-            },
+            tool.commit(
+                entries=[intent_entry(tool.task_id, tool.call, checked, spec)],
+                tasks=[{"id": tool.task_id, "status": TaskStatus.RUNNING, "phase": "accepted"}],
+            ),
         )
-        set_status(
-            context,
-            "approval",
-            tool=name,
-            event=event,
-            until=deadline.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        )
-        decided = context.wait_for_external_event(event)
-        timeout = context.create_timer(deadline)
-        winner = yield context.task_any([decided, timeout])
-        if winner == decided:
-            timeout.cancel()
-            payload = event_payload(decided.result)
-            approval = {"decision": payload.get("decision"), "request_id": payload.get("requestId")}
-        else:
-            approval = {"decision": "timeout", "request_id": None}
+    )
 
-    # execute
-    set_status(context, "execute", tool=name, approval=approval)
-    documents: list[dict[str, Any]] = []
-    result_ref = None
-    runs = None
+
+def await_approval(context: df.DurableOrchestrationContext, tool: ToolJob) -> Gen:
+    """Wait for ``approval:{tool task}`` until the deadline; the decision taken."""
+    event = f"approval:{tool.task_id}"
+    deadline = context.current_utc_datetime + timedelta(seconds=tool.limits.approval_timeout_s)
+    yield context.call_entity(
+        tool.entity,
+        "commit",
+        tool.commit(
+            tasks=[{"id": tool.task_id, "status": TaskStatus.WAITING, "phase": "approval"}]
+        ),
+    )
+    set_status(
+        context,
+        "approval",
+        tool=tool.name,
+        event=event,
+        until=deadline.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+    decided, raised = yield from event_or_deadline(context, event, deadline)
+    if not decided:
+        return {"decision": "timeout", "request_id": None}
+    payload = event_payload(raised)
+    return {"decision": payload.get("decision"), "request_id": payload.get("requestId")}
+
+
+def execute(
+    context: df.DurableOrchestrationContext,
+    tool: ToolJob,
+    checked: dict[str, Any],
+    spec: tools.ToolSpec[Any],
+    approval: dict[str, Any] | None,
+) -> Gen:
+    """Run the tool unless its approval was refused; a ``Ran``."""
     if approval is not None and approval["decision"] != "approve":
         why = "timed out" if approval["decision"] == "timeout" else "was rejected"
-        result = {"ok": False, "kind": "rejected", "message": f"the approval for {name} {why}"}
-    elif name == "send_notices":
-        try:
-            result = yield context.call_sub_orchestrator(
-                "send_notices",
-                {
-                    "session_id": job["session_id"],
-                    "submission_id": sub_id,
-                    "tool_task_id": task_id,
-                    **checked,
-                },
-                ids.child_task_id(task_id, "notices"),
-            )
-        except Exception as exc:  # noqa: BLE001 - an unavailable workflow is a tool error
-            result = {"ok": False, "kind": "tool_error", "message": f"send_notices failed: {exc}"}
-        if not isinstance(result, dict):
-            result = {"ok": False, "kind": "tool_error", "message": "send_notices gave no result"}
-        elif not result.get("ok") and not result.get("message"):  # the model reads "message"
-            error = result.get("error") or {}
-            detail = error.get("message") if isinstance(error, dict) else error
-            result = {**result, "message": str(detail or result.get("summary") or "")[:500]}
-    else:
-        ran: dict[str, Any] = {"status": "leased"}
-        for wait_no in range(1, MAX_LEASE_WAITS + 1):
-            try:
-                ran = yield context.call_activity(
-                    "execute_tool",
-                    {
-                        "key": f"{job['nonce']}:{sub_id}:{job['round']}:{job['index']}:1",
-                        "tool_task_id": task_id,
-                        "name": name,
-                        "arguments": checked,
-                        "policy": spec.policy,
-                        "session_id": job["session_id"],
-                        "timeout_s": limits.tool_timeout_s,
-                        "lease_s": limits.tool_lease_s,
-                    },
-                )
-            except Exception as exc:  # noqa: BLE001 - the model sees a failed tool, the turn goes on
-                ran = {
-                    "status": "done",
-                    "result": {"ok": False, "kind": "tool_error", "message": str(exc)[:500]},
-                }
-            if ran["status"] != "leased":
-                break
-            set_status(context, "execute", tool=name, waiting_for_lease=wait_no)
-            wake = context.current_utc_datetime + timedelta(
-                seconds=min(float(ran["retry_after"]), limits.tool_lease_s) + 0.05
-            )
-            yield context.create_timer(wake)
-        result = ran.get("result") or {
-            "ok": False,
-            "kind": "interrupted",
-            "message": f"{name} is still held by another execution; its outcome is unknown",
-        }
-        documents, result_ref, runs = (
-            ran.get("documents") or [],
-            ran.get("result_ref"),
-            ran.get("runs"),
-        )
+        message = f"the approval for {tool.name} {why}"
+        return Ran({"ok": False, "kind": "rejected", "message": message})
+    if tool.name == "send_notices":
+        return Ran((yield from send_notices(context, tool, checked)))
+    return (yield from execute_tool(context, tool, checked, spec))
 
-    # fact 2: tool completed (with the document changes it asked for)
+
+def send_notices(context: df.DurableOrchestrationContext, tool: ToolJob, checked: Any) -> Gen:
+    """The ``send_notices`` workflow as a sub-orchestration; its result for the model."""
+    try:
+        result = yield context.call_sub_orchestrator(
+            "send_notices",
+            {
+                "session_id": tool.job["session_id"],
+                "submission_id": tool.submission_id,
+                "tool_task_id": tool.task_id,
+                **checked,
+            },
+            ids.child_task_id(tool.task_id, "notices"),
+        )
+    except Exception as exc:  # noqa: BLE001 - an unavailable workflow is a tool error
+        result = {"ok": False, "kind": "tool_error", "message": f"send_notices failed: {exc}"}
+    if not isinstance(result, dict):
+        return {"ok": False, "kind": "tool_error", "message": "send_notices gave no result"}
+    if not result.get("ok") and not result.get("message"):  # the model reads "message"
+        error = result.get("error") or {}
+        detail = error.get("message") if isinstance(error, dict) else error
+        result = {**result, "message": str(detail or result.get("summary") or "")[:500]}
+    return result
+
+
+def execute_tool(
+    context: df.DurableOrchestrationContext,
+    tool: ToolJob,
+    checked: dict[str, Any],
+    spec: tools.ToolSpec[Any],
+) -> Gen:
+    """The ``execute_tool`` activity under the attempt record; sleeps while another holds it."""
+    job, limits = tool.job, tool.limits
+    ran: dict[str, Any] = {"status": "leased"}
+    for wait_no in range(1, MAX_LEASE_WAITS + 1):
+        try:
+            ran = yield context.call_activity(
+                "execute_tool",
+                {
+                    "key": f"{job['nonce']}:{tool.submission_id}:{job['round']}:{job['index']}:1",
+                    "tool_task_id": tool.task_id,
+                    "name": tool.name,
+                    "arguments": checked,
+                    "policy": spec.policy,
+                    "session_id": job["session_id"],
+                    "timeout_s": limits.tool_timeout_s,
+                    "lease_s": limits.tool_lease_s,
+                },
+            )
+        except Exception as exc:  # noqa: BLE001 - the model sees a failed tool, the turn goes on
+            ran = {
+                "status": "done",
+                "result": {"ok": False, "kind": "tool_error", "message": str(exc)[:500]},
+            }
+        if ran["status"] != "leased":
+            break
+        set_status(context, "execute", tool=tool.name, waiting_for_lease=wait_no)
+        wake = context.current_utc_datetime + timedelta(
+            seconds=min(float(ran["retry_after"]), limits.tool_lease_s) + 0.05
+        )
+        yield context.create_timer(wake)
+    result = ran.get("result") or {
+        "ok": False,
+        "kind": "interrupted",
+        "message": f"{tool.name} is still held by another execution; its outcome is unknown",
+    }
+    return Ran(result, ran.get("documents") or [], ran.get("result_ref"), ran.get("runs"))
+
+
+def record_outcome(context: df.DurableOrchestrationContext, tool: ToolJob, ran: Ran) -> Gen:
+    """Fact 2, tool completed, with the document changes it asked for; the result to apply."""
+    result, documents = ran.result, ran.documents
     outcome_entry = {
         "role": "tool",
         "kind": "tool_outcome",
         "data": {
-            "tool_task_id": task_id,
-            "tool_call_id": call["id"],
-            "name": name,
+            "tool_task_id": tool.task_id,
+            "tool_call_id": tool.call["id"],
+            "name": tool.name,
             "ok": bool(result.get("ok")),
             "kind": result.get("kind"),
-            "runs": runs,
+            "runs": ran.runs,
         },
     }
+    completing = {"id": tool.task_id, "status": TaskStatus.COMPLETING, "phase": "completed"}
     completed = yield context.call_entity(
-        entity,
+        tool.entity,
         "commit",
-        {
-            "submission_id": sub_id,
-            "entries": [outcome_entry],
-            "documents": documents,
-            "tasks": [{"id": task_id, "status": "completing", "phase": "completed"}],
-        },
+        tool.commit(entries=[outcome_entry], documents=documents, tasks=[completing]),
     )
     if not completed["ok"] and documents:  # the change was refused: the tool failed
         result = {
@@ -280,39 +349,35 @@ def tool_task(context: df.DurableOrchestrationContext) -> Generator[Any, Any, di
             "message": error_text(completed),
         }
         outcome_entry["data"].update(ok=False, kind=result["kind"])
-        completed = yield context.call_entity(
-            entity,
-            "commit",
-            {
-                "submission_id": sub_id,
-                "entries": [outcome_entry],
-                "tasks": [{"id": task_id, "status": "completing", "phase": "completed"}],
-            },
+        yield context.call_entity(
+            tool.entity, "commit", tool.commit(entries=[outcome_entry], tasks=[completing])
         )
     elif completed["ok"] and documents:
         result = {**result, "versions": completed["result"]["document_versions"]}
+    return result
 
-    # fact 3: result applied
+
+def apply_result(
+    context: df.DurableOrchestrationContext,
+    tool: ToolJob,
+    result: dict[str, Any],
+    result_ref: str | None,
+    approval: dict[str, Any] | None,
+) -> Gen:
+    """Fact 3, result applied: the tool message the model reads, the task final."""
     status = _final_status(result)
-    set_status(context, "applied", tool=name, ok=bool(result.get("ok")), approval=approval)
-    yield context.call_entity(
-        entity,
-        "commit",
-        {
-            "submission_id": sub_id,
-            "entries": [result_entry(task_id, call, result, result_ref)],
-            "tasks": [
-                {
-                    "id": task_id,
-                    "status": status,
-                    "phase": "applied",
-                    **(
-                        {}
-                        if result.get("ok")
-                        else {"reason": f"{result.get('kind')}: {result.get('message')}"[:1000]}
-                    ),
-                }
-            ],
-        },
+    set_status(context, "applied", tool=tool.name, ok=bool(result.get("ok")), approval=approval)
+    reason = (
+        {}
+        if result.get("ok")
+        else {"reason": f"{result.get('kind')}: {result.get('message')}"[:1000]}
     )
-    return envelope(call, result, status)
+    yield context.call_entity(
+        tool.entity,
+        "commit",
+        tool.commit(
+            entries=[result_entry(tool.task_id, tool.call, result, result_ref)],
+            tasks=[{"id": tool.task_id, "status": status, "phase": "applied", **reason}],
+        ),
+    )
+    return envelope(tool.call, result, status)

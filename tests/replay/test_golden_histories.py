@@ -20,14 +20,14 @@ import pytest
 from durable_host import orchestration, wire
 from durable_host import shim as shim_mod
 from durable_host.history import EventType
-from orchestrators import agent_run, tool_task
+from orchestrators import agent_round, agent_run, tool_task
 
 HISTORY_DIR = Path(__file__).resolve().parent / "histories"
 HISTORIES = sorted(HISTORY_DIR.glob("*.json"))
 HANDLES: dict[str, Callable[[str], str]] = {
     # The decorated function holds the SDK's handle: context JSON in, state JSON out.
     "agent_run": agent_run.agent_run._function._func,
-    "agent_round": agent_run.agent_round._function._func,
+    "agent_round": agent_round.agent_round._function._func,
     "tool_task": tool_task.tool_task._function._func,
 }
 

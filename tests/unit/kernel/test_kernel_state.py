@@ -6,7 +6,7 @@ import pytest
 
 from kernel import ids, session
 from kernel.errors import ConflictError, CursorExpiredError, ValidationError
-from kernel.state import SCHEMA_VERSION, validate_timestamp
+from kernel.state import SCHEMA_VERSION, decode_entity_state, validate_timestamp
 
 T0 = "2025-01-01T00:00:00Z"
 
@@ -110,3 +110,16 @@ def test_changes_from_before_the_migration_are_expired() -> None:
     assert session.changes_after(migrated, 1) == []
     with pytest.raises(CursorExpiredError):
         session.changes_after(migrated, 0)
+
+
+class _Read:
+    def __init__(self, exists: bool, state: object) -> None:
+        self.entity_exists, self.entity_state = exists, state
+
+
+def test_decode_entity_state_reads_json_text_or_objects_and_nothing_else():
+    assert decode_entity_state(_Read(True, '{"cursor": 3}')) == {"cursor": 3}
+    assert decode_entity_state(_Read(True, {"cursor": 3})) == {"cursor": 3}
+    assert decode_entity_state(_Read(False, '{"cursor": 3}')) is None
+    assert decode_entity_state(_Read(True, None)) is None
+    assert decode_entity_state(_Read(True, "[1]")) is None
