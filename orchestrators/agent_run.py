@@ -347,6 +347,7 @@ def agent_round(context: df.DurableOrchestrationContext) -> Generator[Any, Any, 
                     "event": event,
                     "limit": limits.max_concurrent_model_calls,
                     "lease_s": limits.model_timeout_s + 60,
+                    "now": context.current_utc_datetime.isoformat(),
                 },
             )
             if slot["granted"]:
@@ -372,7 +373,8 @@ def agent_round(context: df.DurableOrchestrationContext) -> Generator[Any, Any, 
             )
         except Exception as exc:  # noqa: BLE001 - an activity crash is a transient failure
             reply = {"ok": False, "kind": "transient", "message": str(exc)[:500]}
-        released = yield context.call_entity(MODEL_SLOTS, "release", {"holder": holder})
+        now = context.current_utc_datetime.isoformat()
+        released = yield context.call_entity(MODEL_SLOTS, "release", {"holder": holder, "now": now})
         for waiter in released.get("wake", []):
             yield context.call_activity(
                 "hand_over", {"instance_id": waiter["instance_id"], "event": waiter["event"]}
