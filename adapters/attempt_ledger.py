@@ -112,7 +112,9 @@ class AttemptLedger(Protocol):
 # --- the decisions, shared by every implementation (pure: record + now -> new record) -------
 
 
-def _renewed(record: AttemptRecord | None, owner: str, lease_s: float, now: float) -> AttemptRecord | None:
+def _renewed(
+    record: AttemptRecord | None, owner: str, lease_s: float, now: float
+) -> AttemptRecord | None:
     if record is None or record.owner != owner or record.completed:
         return None
     return replace(record, lease_expires_at=now + lease_s, heartbeat_at=now)
@@ -128,7 +130,9 @@ def _taken_over(
     )
 
 
-def _completed(key: str, record: AttemptRecord | None, result: Any, owner: str | None) -> AttemptRecord | None:
+def _completed(
+    key: str, record: AttemptRecord | None, result: Any, owner: str | None
+) -> AttemptRecord | None:
     """The completed record, or None when ``record`` already holds the result that wins."""
     if record is None:
         raise KeyError(f"no attempt record {key!r}")
@@ -199,7 +203,9 @@ class FileAttemptLedger:
             self._write(new)
             return result
 
-    def _update(self, key: str, change: Callable[[AttemptRecord | None], AttemptRecord | None]) -> bool:
+    def _update(
+        self, key: str, change: Callable[[AttemptRecord | None], AttemptRecord | None]
+    ) -> bool:
         if not self.root.exists():
             return False
         with self._locked(key):
@@ -359,6 +365,8 @@ class BlobAttemptLedger:
 def default_ledger() -> AttemptLedger:
     """The ledger the app settings choose (see the module docstring)."""
     if app_state.state_store_kind() == "blob":
-        name = app_state.container_name("AGENT_LEDGER_CONTAINER", app_state.LEDGER_CONTAINER_DEFAULT)
+        name = app_state.container_name(
+            "AGENT_LEDGER_CONTAINER", app_state.LEDGER_CONTAINER_DEFAULT
+        )
         return BlobAttemptLedger(app_state.container_client(app_state.storage_connection(), name))
     return FileAttemptLedger(os.environ.get("AGENT_LEDGER_DIR") or ".durable/ledger")

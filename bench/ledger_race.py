@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from adapters.attempt_ledger import (  # noqa: E402
+from adapters.attempt_ledger import (
     AttemptLedger,
     BlobAttemptLedger,
     FileAttemptLedger,
@@ -179,8 +179,12 @@ def main() -> int:
                 connection = emulator.connection_string
             spec = ("blob", connection, f"race-{uuid.uuid4().hex[:12]}")
         try:
-            print(f"racing {args.attempts} attempts across {args.processes} processes"
-                  f" on the {args.ledger} ledger ...", file=sys.stderr, flush=True)
+            print(
+                f"racing {args.attempts} attempts across {args.processes} processes"
+                f" on the {args.ledger} ledger ...",
+                file=sys.stderr,
+                flush=True,
+            )
             result = campaign(spec, args.attempts, args.processes)
         finally:
             if emulator is not None:

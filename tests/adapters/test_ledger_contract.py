@@ -8,7 +8,6 @@ import multiprocessing
 import os
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -178,7 +177,9 @@ def _race(spec: ledger_race.LedgerSpec, action: str, key: str, barrier: Any, res
     results.put((owner, won))
 
 
-def race(spec: ledger_race.LedgerSpec, action: str, key: str, processes: int = 4) -> list[tuple[str, bool]]:
+def race(
+    spec: ledger_race.LedgerSpec, action: str, key: str, processes: int = 4
+) -> list[tuple[str, bool]]:
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(processes), context.Queue()
     workers = [

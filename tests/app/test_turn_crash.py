@@ -9,6 +9,8 @@ paid for. A turn of one tool has two model rounds: a transcript of 1 message (ro
 from __future__ import annotations
 
 import json
+import os
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -98,7 +100,23 @@ def test_kill_inside_a_safe_tool_runs_it_again(crashing, model):
     assert model.calls_by_length() == ONE_CALL_PER_ROUND
 
 
-def test_kill_inside_an_unsafe_tool_reports_it_interrupted(crashing, model, tmp_path):
+def ledger_records(tmp_path: Path, store_kind: str, sub: str) -> tuple[list[str], list[str]]:
+    """The submission's attempt records: (files in the ledger dir, blobs in ``agent-ledger``)."""
+    folder = tmp_path / "ledger"
+    names = [p.name for p in folder.glob("*.json")] if folder.exists() else []
+    files = [n for n in names if sub in urllib.parse.unquote(n)]
+    if store_kind != "azure":
+        return files, []
+    from azure.storage.blob import ContainerClient
+
+    container = ContainerClient.from_connection_string(
+        os.environ["AzureWebJobsStorage"], "agent-ledger"
+    )
+    blobs = [b.name for b in container.list_blobs() if sub in urllib.parse.unquote(b.name)]
+    return files, blobs
+
+
+def test_kill_inside_an_unsafe_tool_reports_it_interrupted(crashing, model, tmp_path, store_kind):
     host = crashing(KERNEL_FAULTS="tool.after_effect@1")
     sub, final = crash_then_finish(host, "ledger: paid 5 EUR")
 
@@ -108,6 +126,9 @@ def test_kill_inside_an_unsafe_tool_reports_it_interrupted(crashing, model, tmp_
     task = view(host, "crash")["tasks"][ids.tool_task_id(sub, 1, 0)]
     assert (task["status"], task["phase"]) == ("interrupted", "applied")
     assert model.calls_by_length() == ONE_CALL_PER_ROUND
+    # The records of both model calls and the tool: in blobs on Azure, in files on SQLite.
+    files, blobs = ledger_records(tmp_path, store_kind, sub)
+    assert (len(files), len(blobs)) == ((0, 3) if store_kind == "azure" else (3, 0))
 
 
 def test_kill_between_tool_completed_and_result_applied(crashing, model):
