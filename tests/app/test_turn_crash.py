@@ -8,6 +8,7 @@ paid for. A turn of one tool has two model rounds: a transcript of 1 message (ro
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import urllib.parse
@@ -40,6 +41,7 @@ def crashing(fresh_kernel_host, model: ModelServer, tmp_path: Path) -> Callable[
                 "AGENT_LEDGER_DIR": str(tmp_path / "ledger"),
                 "AGENT_TOOL_LEDGER_FILE": str(tmp_path / "tool-ledger.txt"),
                 "AGENT_TOOL_LEASE_S": "0.5",
+                "AGENT_LEDGER_CONTAINER": ledger_container(tmp_path),  # used on Azure only
                 **extra,
             }
         )
@@ -100,8 +102,13 @@ def test_kill_inside_a_safe_tool_runs_it_again(crashing, model):
     assert model.calls_by_length() == ONE_CALL_PER_ROUND
 
 
+def ledger_container(tmp_path: Path) -> str:
+    """A ledger container of the test's own: submission ids repeat from test to test."""
+    return "ledger-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:16]
+
+
 def ledger_records(tmp_path: Path, store_kind: str, sub: str) -> tuple[list[str], list[str]]:
-    """The submission's attempt records: (files in the ledger dir, blobs in ``agent-ledger``)."""
+    """The submission's attempt records: (files in the ledger dir, blobs in its container)."""
     folder = tmp_path / "ledger"
     names = [p.name for p in folder.glob("*.json")] if folder.exists() else []
     files = [n for n in names if sub in urllib.parse.unquote(n)]
@@ -110,7 +117,7 @@ def ledger_records(tmp_path: Path, store_kind: str, sub: str) -> tuple[list[str]
     from azure.storage.blob import ContainerClient
 
     container = ContainerClient.from_connection_string(
-        os.environ["AzureWebJobsStorage"], "agent-ledger"
+        os.environ["AzureWebJobsStorage"], ledger_container(tmp_path)
     )
     blobs = [b.name for b in container.list_blobs() if sub in urllib.parse.unquote(b.name)]
     return files, blobs
