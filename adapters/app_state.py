@@ -120,7 +120,16 @@ def container_client(connection: str, name: str) -> Any:
             except ResourceExistsError:
                 pass
 
-        retry_transient(create)
+        try:
+            retry_transient(create)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            raise StateStoreConfigError(
+                f"the blob container {name!r} on AzureWebJobsStorage cannot be reached ({exc});"
+                " start the storage emulator, fix the setting, or set AGENT_STATE_STORE=file"
+                " (a single instance only)"
+            ) from exc
         _containers[(connection, name)] = container
         return container
 

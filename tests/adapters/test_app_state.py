@@ -45,3 +45,16 @@ def test_bad_settings_are_named_in_the_error():
     with pytest.raises(StateStoreConfigError, match="needs the AzureWebJobsStorage"):
         storage_connection({"AGENT_STATE_STORE": "blob"})
     assert container_name("AGENT_LEDGER_CONTAINER", "agent-ledger", {}) == "agent-ledger"
+
+
+def test_an_unreachable_container_is_an_error_that_says_what_to_do(monkeypatch):
+    from adapters import app_state
+
+    monkeypatch.setattr(app_state, "RETRY_ATTEMPTS", 2)
+    key = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+    nowhere = (
+        f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={key};"
+        "BlobEndpoint=http://127.0.0.1:9/devstoreaccount1;"
+    )
+    with pytest.raises(StateStoreConfigError, match="AGENT_STATE_STORE=file"):
+        app_state.container_client(nowhere, "agent-ledger")
