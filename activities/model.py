@@ -22,6 +22,7 @@ activity returns the saved reply instead of paying for the same call again (``"r
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import uuid
@@ -59,7 +60,7 @@ async def read_entries(
     store = default_store()
     for entry in entries:
         if entry.get("text") is None and entry.get("content_ref"):
-            entry["text"] = store.get(entry["content_ref"])
+            entry["text"] = await asyncio.to_thread(store.get, entry["content_ref"])
     return entries
 
 
@@ -96,14 +97,15 @@ def _stored_if_long(text: str | None) -> str | None:
 async def call_model(job: dict[str, Any], client: df.DurableOrchestrationClient) -> dict[str, Any]:
     ledger = default_ledger()
     key = job["attempt_key"]
-    saved = ledger.read(key)
+    saved = await asyncio.to_thread(ledger.read, key)
     if saved is not None and saved.completed:
         return {**saved.result, "reused": True}
     entries = await read_entries(client, job["session_id"], job["submission_id"])
     result = (await ask(entries, float(job.get("timeout_s") or 120))).to_dict()
     if result["ok"]:
-        result["content_ref"] = _stored_if_long(result["response"].get("content"))
+        text = result["response"].get("content")
+        result["content_ref"] = await asyncio.to_thread(_stored_if_long, text)
         owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
-        ledger.create(key, owner, float(job.get("timeout_s") or 120))
-        result = ledger.complete(key, result)
+        await asyncio.to_thread(ledger.create, key, owner, float(job.get("timeout_s") or 120))
+        result = await asyncio.to_thread(ledger.complete, key, result)
     return result

@@ -53,7 +53,7 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from adapters.attempt_ledger import AttemptLedger, attempt_state, default_ledger
+from adapters.attempt_ledger import AttemptLedger, LeaseLost, attempt_state, default_ledger
 from adapters.content_store import default_store
 from kernel import calculator, tools
 from kernel.state import decode_entity_state
@@ -141,7 +141,10 @@ async def _run(
         "documents": outcome.documents,
         "result_ref": await asyncio.to_thread(_stored_if_large, outcome.result),
     }
-    saved = await asyncio.to_thread(ledger.complete, key, payload)
+    try:
+        saved = await asyncio.to_thread(ledger.complete, key, payload, owner)
+    except LeaseLost:  # our lease ran out and another execution took the record over: its
+        return {"status": "leased", "retry_after": 0.05}  # result is the one that counts
     record = await asyncio.to_thread(ledger.read, key)
     return {**saved, "runs": record.runs if record else 1}
 

@@ -135,7 +135,7 @@ def main() -> int:
     state.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     mailbox, mail_url = spawn([sys.executable, "-m", "services.mailbox", "serve", "--db", str(state / "mailbox.db"), "--port", "0"], env)
-    env.update({"AGENT_MAIL_BASE_URL": mail_url, "AGENT_CONTENT_DIR": str(state / "content"),
+    env.update({"AGENT_MAIL_BASE_URL": mail_url, "AGENT_STATE_STORE": "file", "AGENT_CONTENT_DIR": str(state / "content"),
                 "AGENT_LEDGER_DIR": str(state / "ledger"), "AGENT_TOOL_LEDGER_FILE": str(state / "tool-ledger.txt")})
     host, base = spawn([sys.executable, "-m", "durable_host", "start", "--app-dir", str(ROOT), "--port", str(args.port),
                         "--store", f"sqlite:{state / 'AgentKernel.db'}", "--log-level", "WARNING"], env)

@@ -18,13 +18,19 @@ State ``{"limit", "holders": {holder: {"expires_at"}}, "waiters": [{"holder", "i
 
 A holder's slot lasts ``lease_s`` from its grant: a holder that died without releasing gives its
 slot back when the lease runs out, and waiters re-check on their timers, so nothing leaks for
-ever. Entities run once per operation (no replay), so reading the clock here is safe.
+ever.
+
+Time comes from the caller: ``acquire`` and ``release`` carry ``now`` (ISO 8601, the calling
+orchestration's ``current_utc_datetime``), so the entity reads no clock of its own - an entity is
+orchestration code to the Functions tooling. The entity keeps the latest time it was told
+(``clock``) and never goes back in time; a request without ``now`` (from an instance started
+before callers sent it) uses that time.
 """
 
 from __future__ import annotations
 
 import copy
-import time
+from datetime import UTC, datetime
 from typing import Any
 
 import azure.durable_functions as df
@@ -97,10 +103,24 @@ def _drop_expired(state: State, now: float) -> None:
     state["holders"] = {h: v for h, v in state["holders"].items() if v["expires_at"] > now}
 
 
+def caller_time(state: State, request: dict[str, Any]) -> float:
+    """The caller's ``now`` as epoch seconds, never before the latest time the entity was told."""
+    latest = float(state.get("clock") or 0.0)
+    told = request.get("now") if isinstance(request, dict) else None
+    if not isinstance(told, str):
+        return latest
+    moment = datetime.fromisoformat(told)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return max(latest, moment.timestamp())
+
+
 @bp.entity_trigger(context_name="context", entity_name="semaphore")
 def semaphore(context: df.DurableEntityContext) -> None:
     state = context.get_state(lambda: None) or new_state()
-    new, result = apply(state, context.operation_name, context.get_input() or {}, time.time())
+    request = context.get_input() or {}
+    now = caller_time(state, request)
+    new, result = apply(state, context.operation_name, request, now)
     if new is not state:
-        context.set_state(new)
+        context.set_state({**new, "clock": now})
     context.set_result(result)

@@ -190,6 +190,7 @@ def take_slot(context: df.DurableOrchestrationContext, rnd: Round, holder: str) 
                 "event": event,
                 "limit": rnd.limits.max_concurrent_model_calls,
                 "lease_s": rnd.limits.model_timeout_s + 60,
+                "now": context.current_utc_datetime.isoformat(),
             },
         )
         if slot["granted"]:
@@ -224,7 +225,8 @@ def call_model(context: df.DurableOrchestrationContext, rnd: Round, model_attemp
 
 def release_slot(context: df.DurableOrchestrationContext, holder: str) -> Gen:
     """Release the slot and hand it over to the waiters the semaphore names."""
-    released = yield context.call_entity(MODEL_SLOTS, "release", {"holder": holder})
+    now = context.current_utc_datetime.isoformat()
+    released = yield context.call_entity(MODEL_SLOTS, "release", {"holder": holder, "now": now})
     for waiter in released.get("wake", []):
         yield context.call_activity(
             "hand_over", {"instance_id": waiter["instance_id"], "event": waiter["event"]}

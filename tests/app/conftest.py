@@ -13,11 +13,15 @@ from pathlib import Path
 import pytest
 
 from services.mailbox.testing import start_mailbox, stop_mailbox
+from tests.app.turn_support import state_store_env
 from tests.harness import ROOT, HostProcess, store_spec_for, store_specs
 
 
-def kernel_env(tmp: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+def kernel_env(
+    tmp: Path, extra: dict[str, str] | None = None, kind: str = "sqlite"
+) -> dict[str, str]:
     return {
+        **state_store_env(kind),
         "AGENT_CONTENT_DIR": str(tmp / "content"),
         "AGENT_LEDGER_DIR": str(tmp / "ledger"),
         "AGENT_TOOL_LEDGER_FILE": str(tmp / "tool-ledger.txt"),
@@ -28,7 +32,8 @@ def kernel_env(tmp: Path, extra: dict[str, str] | None = None) -> dict[str, str]
 @pytest.fixture(scope="module", params=store_specs())
 def kernel_host(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
     tmp = tmp_path_factory.mktemp("kernel")
-    host = HostProcess(ROOT, store_spec_for(str(request.param), tmp, "kernel"), env=kernel_env(tmp))
+    kind = str(request.param)
+    host = HostProcess(ROOT, store_spec_for(kind, tmp, "kernel"), env=kernel_env(tmp, kind=kind))
     host.start()
     yield host
     host.kill()
@@ -39,7 +44,8 @@ def fresh_kernel_host(tmp_path: Path, store_kind: str) -> Iterator[Callable[...,
     hosts: list[HostProcess] = []
 
     def factory(env: dict[str, str] | None = None) -> HostProcess:
-        host = HostProcess(ROOT, store_spec_for(store_kind, tmp_path, "kernel"), env=kernel_env(tmp_path, env))
+        env = kernel_env(tmp_path, env, store_kind)
+        host = HostProcess(ROOT, store_spec_for(store_kind, tmp_path, "kernel"), env=env)
         hosts.append(host)
         return host
 

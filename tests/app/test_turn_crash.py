@@ -8,7 +8,10 @@ paid for. A turn of one tool has two model rounds: a transcript of 1 message (ro
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -38,6 +41,7 @@ def crashing(fresh_kernel_host, model: ModelServer, tmp_path: Path) -> Callable[
                 "AGENT_LEDGER_DIR": str(tmp_path / "ledger"),
                 "AGENT_TOOL_LEDGER_FILE": str(tmp_path / "tool-ledger.txt"),
                 "AGENT_TOOL_LEASE_S": "0.5",
+                "AGENT_LEDGER_CONTAINER": ledger_container(tmp_path),  # used on Azure only
                 **extra,
             }
         )
@@ -98,7 +102,28 @@ def test_kill_inside_a_safe_tool_runs_it_again(crashing, model):
     assert model.calls_by_length() == ONE_CALL_PER_ROUND
 
 
-def test_kill_inside_an_unsafe_tool_reports_it_interrupted(crashing, model, tmp_path):
+def ledger_container(tmp_path: Path) -> str:
+    """A ledger container of the test's own: submission ids repeat from test to test."""
+    return "ledger-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:16]
+
+
+def ledger_records(tmp_path: Path, store_kind: str, sub: str) -> tuple[list[str], list[str]]:
+    """The submission's attempt records: (files in the ledger dir, blobs in its container)."""
+    folder = tmp_path / "ledger"
+    names = [p.name for p in folder.glob("*.json")] if folder.exists() else []
+    files = [n for n in names if sub in urllib.parse.unquote(n)]
+    if store_kind != "azure":
+        return files, []
+    from azure.storage.blob import ContainerClient
+
+    container = ContainerClient.from_connection_string(
+        os.environ["AzureWebJobsStorage"], ledger_container(tmp_path)
+    )
+    blobs = [b.name for b in container.list_blobs() if sub in urllib.parse.unquote(b.name)]
+    return files, blobs
+
+
+def test_kill_inside_an_unsafe_tool_reports_it_interrupted(crashing, model, tmp_path, store_kind):
     host = crashing(KERNEL_FAULTS="tool.after_effect@1")
     sub, final = crash_then_finish(host, "ledger: paid 5 EUR")
 
@@ -108,6 +133,9 @@ def test_kill_inside_an_unsafe_tool_reports_it_interrupted(crashing, model, tmp_
     task = view(host, "crash")["tasks"][ids.tool_task_id(sub, 1, 0)]
     assert (task["status"], task["phase"]) == ("interrupted", "applied")
     assert model.calls_by_length() == ONE_CALL_PER_ROUND
+    # The records of both model calls and the tool: in blobs on Azure, in files on SQLite.
+    files, blobs = ledger_records(tmp_path, store_kind, sub)
+    assert (len(files), len(blobs)) == ((0, 3) if store_kind == "azure" else (3, 0))
 
 
 def test_kill_between_tool_completed_and_result_applied(crashing, model):

@@ -158,8 +158,18 @@ def _entries(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # --- hosts and turns ------------------------------------------------------------------------
 
 
-def turn_env(tmp: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+def state_store_env(kind: str) -> dict[str, str]:
+    """On SQLite the app keeps its ledger and content in files (the suite may export an
+    ``AzureWebJobsStorage`` for the Azure hosts, so say so); on Azure it finds blobs by itself,
+    from ``AzureWebJobsStorage``, as a Function app does."""
+    return {} if kind == "azure" else {"AGENT_STATE_STORE": "file"}
+
+
+def turn_env(
+    tmp: Path, extra: dict[str, str] | None = None, kind: str = "sqlite"
+) -> dict[str, str]:
     return {
+        **state_store_env(kind),
         "AGENT_CONTENT_DIR": str(tmp / "content"),
         "AGENT_LEDGER_DIR": str(tmp / "ledger"),
         "AGENT_TOOL_LEDGER_FILE": str(tmp / "tool-ledger.txt"),
@@ -169,7 +179,7 @@ def turn_env(tmp: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def start_turn_host(request: Any, kind: str, tmp: Path, env: dict[str, str]) -> HostProcess:
     """A host of the kernel app on the store kind under test, with the turn's settings."""
-    full = turn_env(tmp, env)
+    full = turn_env(tmp, env, kind)
     if kind == "azure":
         from tests.conftest import azure_env
 

@@ -71,3 +71,14 @@ def test_reads_and_unknown_operations_change_nothing():
         state,
         {"ok": False, "error": "unknown operation 'nope'"},
     )
+
+
+def test_the_time_is_the_callers_and_never_goes_back():
+    from entities.semaphore import caller_time
+
+    state = {**new_state(), "clock": 1000.0}
+    assert caller_time(state, {"now": "1970-01-01T00:20:00+00:00"}) == 1200.0
+    assert caller_time(state, {"now": "1970-01-01T00:20:00"}) == 1200.0  # naive means UTC
+    assert caller_time(state, {"now": "1970-01-01T00:10:00Z"}) == 1000.0  # a late caller
+    assert caller_time(state, {}) == 1000.0  # a caller that sends no time
+    assert caller_time(new_state(), {}) == 0.0
