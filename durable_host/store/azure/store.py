@@ -42,7 +42,6 @@ from durable_host.records import (
 from durable_host.store.azure.attempts import EpisodeAttempts
 from durable_host.store.azure.commit import CommitProtocol
 from durable_host.store.azure.errors import StoreUnavailableError, translate_azure_errors
-from durable_host.store.azure.faults import LostResponses
 from durable_host.store.azure.instances import Instances
 from durable_host.store.azure.lease import HubLease, process_identity
 from durable_host.store.azure.queries import HubScans
@@ -87,7 +86,6 @@ class AzureStore:
         self.tables = HubTables(
             retry_seconds=self.retry_seconds,
             writer=f"{process_identity()}|{uuid.uuid4().hex[:8]}",
-            faults=LostResponses.from_environment(),
         )
         rows = HubRows(self.tables)
         self.attempts = EpisodeAttempts(self.tables)

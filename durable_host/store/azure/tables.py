@@ -66,10 +66,10 @@ Operation = tuple[Any, ...]  # one operation of an entity-group transaction
 class HubTables:
     """Requests to one task hub's table and container (see the module docstring)."""
 
-    def __init__(self, *, retry_seconds: float, writer: str, faults: LostResponses) -> None:
+    def __init__(self, *, retry_seconds: float, writer: str) -> None:
         self.retry_seconds = retry_seconds
         self.writer = writer  # the ``W`` of every row this process writes
-        self.faults = faults
+        self.faults = LostResponses.from_environment()
         self.lease: HubLease | None = None  # None: opened read-only, writes fail
         self.round_trips = 0  # storage requests sent, for /admin/host/metrics and bench/
         self.table_name = ""
