@@ -231,13 +231,13 @@ def test_an_azurite_outage_is_ridden_out_and_every_instance_completes(tmp_path) 
 
 def test_store_writes_whose_response_was_lost_apply_once(azurite_connection) -> None:
     from durable_host.orchestration import Episode, Outgoing
-    from durable_host.store.azure import AzureStore, _Faults
+    from durable_host.store.azure import AzureStore, LostResponses
 
     async def body() -> None:
         store = AzureStore(azurite_connection, "L" + uuid.uuid4().hex[:12])
         await store.open()
         try:
-            store._faults = _Faults("send@1,commit@1,commit@2,stage@1,complete@1")
+            store.tables.faults = LostResponses("send@1,commit@1,commit@2,stage@1,complete@1")
             started = {"kind": "start", "event": {"EventType": 0, "Name": "o"}}
             await store.send("a", started, "t")
             messages = await store.fetch_messages("a", "t")

@@ -269,7 +269,7 @@ def fail_at_commit(kind: str, store: Any, monkeypatch: pytest.MonkeyPatch) -> No
     async def refuse(commit: Any, ops: Any) -> None:
         raise RuntimeError("injected failure at the commit point, after staging")
 
-    monkeypatch.setattr(store, "_commit_point", refuse)
+    monkeypatch.setattr(store.commits, "commit_point", refuse)
 
 
 @pytest.mark.parametrize("fan_out", [3, 1000])

@@ -1,0 +1,370 @@
+"""Per-instance operations: create, send, read, and commit an episode or an entity batch.
+
+Each write here ends in one commit point (``CommitProtocol``) or one conditional insert:
+
+* ``create`` reads the head, checks its status against the overridable states, then
+  commits head + start message in one transaction. A restarted id gets a fresh history
+  generation and an inbox floor at the start message (older messages are invisible), and
+  its commit leaves ``Pending`` work that deletes both.
+* ``send`` is one insert carrying a nonce; with ``status`` (rewind), one transaction of
+  head REPLACE (If-Match) + message.
+* ``fetch_messages`` reads head, attempts row and inbox in one query and remembers the head:
+  the episode's commit is conditional on its ETag. A message is visible when its id is at
+  least the head's floor, it is not listed in ``Consumed``, its ``VisibleAt`` has passed,
+  and (staged) its sender committed it.
+* ``commit_episode`` / ``commit_entity`` turn what the core decided into a ``Commit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import uuid
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.core.exceptions import HttpResponseError, ResourceExistsError
+from azure.data.tables import UpdateMode
+
+from durable_host import faults
+from durable_host.records import (
+    ActivityWork,
+    EntityCommit,
+    Episode,
+    InstanceRecord,
+    OutgoingKind,
+    RuntimeStatus,
+)
+from durable_host.store.azure.attempts import EpisodeAttempts
+from durable_host.store.azure.codec import (
+    ATTEMPTS_ROW,
+    HEAD_ROW,
+    HISTORY_ROWS,
+    INBOX_ROWS,
+    Head,
+    PostCommit,
+    decode_message,
+    inbox_row_key,
+    item_id,
+    new_generation,
+    partition_key,
+    pending_work,
+)
+from durable_host.store.azure.commit import Commit, CommitProtocol
+from durable_host.store.azure.errors import StoreConflictError, is_transient
+from durable_host.store.azure.rows import HubRows
+from durable_host.store.azure.tables import HubTables
+from durable_host.store.azure.work import WorkItems
+from durable_host.store.base import InstanceExistsError
+
+# An episode that ends in one of these sets the output, as in the SQLite store.
+OUTPUT_STATUSES = frozenset(
+    {RuntimeStatus.COMPLETED, RuntimeStatus.FAILED, RuntimeStatus.TERMINATED}
+)
+
+
+class Instances:
+    """The store's per-instance operations (see the module docstring)."""
+
+    def __init__(
+        self,
+        tables: HubTables,
+        rows: HubRows,
+        commits: CommitProtocol,
+        work: WorkItems,
+        attempts: EpisodeAttempts,
+    ) -> None:
+        self._tables = tables
+        self._rows = rows
+        self._commits = commits
+        self._work = work
+        self._attempts = attempts
+
+    # --- create and send ---------------------------------------------------------------
+
+    async def create(
+        self,
+        record: InstanceRecord,
+        start_message: dict[str, Any],
+        overridable: tuple[str, ...],
+        visible_at: str | None,
+    ) -> None:
+        partition = partition_key(record.instance_id)
+        for _ in range(5):
+            head = await self._tables.read_head(partition)
+            self._tables.check_epoch(head)
+            await self._commits.settle(partition, head)
+            if head is not None and head.row.get("Status") not in overridable:
+                raise InstanceExistsError(record.instance_id, str(head.row.get("Status")))
+            message_id, start_row = await self._rows.inbox_row(partition, start_message, visible_at)
+            new = await self._created_head(partition, record, message_id)
+            commit = Commit(
+                partition,
+                head,
+                new,
+                events=[],
+                fresh_history=True,
+                own_rows=[start_row],
+                remote_rows=[],
+                consumed=[],
+            )
+            self._commits.stamp(commit)
+            if head is not None:  # a restarted id starts clean: old history and messages go
+                commit.new_head["Pending"] = pending_work(
+                    "OldGen" in commit.new_head and PostCommit.OLD_GENERATION, PostCommit.FLOOR
+                )
+            try:
+                faults.hit("store.before_commit")
+                await self._commits.commit_point(commit, [("create", start_row)])
+            except StoreConflictError:
+                continue  # changed since read: check the status again
+            await self._commits.after_commit(commit)
+            return
+        raise StoreConflictError(
+            f"instance {record.instance_id} kept changing while it was created"
+        )
+
+    async def _created_head(
+        self, partition: str, record: InstanceRecord, floor: int
+    ) -> dict[str, Any]:
+        new: dict[str, Any] = {
+            "PartitionKey": partition,
+            "RowKey": HEAD_ROW,
+            "Name": record.name,
+            "Status": record.status,
+            "CreatedAt": record.created_at,
+            "UpdatedAt": record.updated_at,
+            "Gen": new_generation(),
+            "Count": 0,
+            "Floor": f"{floor:020d}",
+        }
+        for key, value in (
+            ("ExecutionId", record.execution_id),
+            ("Version", record.version),
+            ("ParentInstanceId", record.parent_instance_id),
+        ):
+            if value is not None:
+                new[key] = value
+        await self._tables.put_text(new, "Input", record.input_json)
+        return new
+
+    async def send(
+        self, instance_id: str, message: dict[str, Any], now: str, status: str | None
+    ) -> None:
+        partition = partition_key(instance_id)
+        for _ in range(5):
+            head = await self._tables.read_head(partition) if status is not None else None
+            self._tables.check_epoch(head)
+            _, row = await self._rows.inbox_row(partition, message)
+            row["N"] = uuid.uuid4().hex
+            faults.hit("store.before_commit")
+            if head is None:
+                attempt = functools.partial(self._insert_once, row, "send")
+            else:
+                new = {**head.row, "Status": status, "UpdatedAt": now}
+                attempt = functools.partial(self._send_with_status, head, new, row)
+            if await self._tables.retry("send a message", attempt, write=True):
+                return
+        raise StoreConflictError(f"could not send to {instance_id}: it kept changing")
+
+    async def _send_with_status(self, head: Head, new: dict[str, Any], row: dict[str, Any]) -> bool:
+        """True once the message is in (this call's or a lost-response retry's); False: retry."""
+        ops = [
+            (
+                "update",
+                new,
+                {
+                    "mode": UpdateMode.REPLACE,
+                    "etag": head.etag,
+                    "match_condition": MatchConditions.IfNotModified,
+                },
+            ),
+            ("create", row),
+        ]
+        try:
+            await self._tables.table.submit_transaction(ops)
+        except HttpResponseError as exc:
+            if is_transient(exc):
+                raise
+            # No such row: the head changed since it was read; read it again.
+            return await self._tables.nonce_of(row["PartitionKey"], row["RowKey"]) == row["N"]
+        self._tables.faults.hit("send")
+        return True
+
+    async def _insert_once(self, row: dict[str, Any], point: str) -> bool:
+        """Insert a row carrying a nonce ``N``; True once it is in the table (exactly once)."""
+        try:
+            await self._tables.table.create_entity(row)
+        except ResourceExistsError:
+            # Our own first attempt whose response was lost, or an id collision (another
+            # nonce: try another id).
+            return await self._tables.nonce_of(row["PartitionKey"], row["RowKey"]) == row["N"]
+        self._tables.faults.hit(point)
+        return True
+
+    # --- reads -------------------------------------------------------------------------
+
+    async def get(self, instance_id: str) -> InstanceRecord | None:
+        partition = partition_key(instance_id)
+        head = await self._tables.read_head(partition)
+        return None if head is None else await self._rows.instance_record(partition, head.row)
+
+    async def history(self, instance_id: str) -> list[dict[str, Any]]:
+        partition = partition_key(instance_id)
+        for _ in range(5):
+            head, attempts, rows = await self._tables.read_partition(partition, *HISTORY_ROWS)
+            self._attempts.remember(partition, attempts)
+            if head is None or not head.generation:
+                return []
+            events = await self._rows.history_events(head, rows)
+            if events is not None:
+                return events
+        raise StoreConflictError(f"the history of {instance_id} kept changing while it was read")
+
+    async def fetch_messages(
+        self, instance_id: str, now: str, limit: int
+    ) -> list[tuple[int, dict[str, Any]]]:
+        partition = partition_key(instance_id)
+        head, attempts, rows = await self._tables.read_partition(partition, *INBOX_ROWS)
+        self._attempts.remember(partition, attempts)
+        self._tables.check_epoch(head)
+        await self._commits.settle(partition, head)
+        consumed: set[int] = set()
+        if head is not None and PostCommit.CONSUMED in head.pending:
+            consumed = set(json.loads(await self._tables.get_text(head.row, "Consumed") or "[]"))
+        floor = head.inbox_floor if head is not None else 0
+        picked: list[tuple[int, Any]] = []
+        heads: dict[str, Head | None] = {partition: head}
+        for row in sorted(rows, key=lambda r: r["RowKey"]):
+            message_id = item_id(row["RowKey"])
+            if message_id < floor or message_id in consumed:
+                continue
+            if row.get("VisibleAt") and row["VisibleAt"] > now:
+                continue
+            if await self._commits.is_visible(row, heads):
+                picked.append((message_id, row))
+                if len(picked) >= limit:
+                    break
+        if picked:
+            self._commits.remember_fetched_head(partition, head)
+        else:
+            self._commits.forget_fetched_head(partition)
+        texts = await asyncio.gather(*(self._tables.get_text(r, "M") for _, r in picked))
+        return [(i, decode_message(t or "")) for (i, _), t in zip(picked, texts, strict=True)]
+
+    # --- commits of what a core decided ------------------------------------------------
+
+    async def commit_episode(
+        self, instance_id: str, episode: Episode, now: str
+    ) -> list[ActivityWork]:
+        partition = partition_key(instance_id)
+        head = await self._commits.head_for_commit(partition)
+        if head is None and not episode.replace_history:
+            # Messages for an instance that does not exist are dropped; nothing else changes.
+            faults.hit("store.before_commit")
+            await self._tables.delete_rows(partition, [inbox_row_key(i) for i in episode.consumed])
+            await self._tables.delete_row(partition, ATTEMPTS_ROW)
+            return []
+        new = await self._episode_head(partition, head, episode, now)
+        created, own, remote = await self._outgoing_rows(partition, episode)
+        commit = Commit(
+            partition,
+            head,
+            new,
+            events=list(episode.events),
+            fresh_history=episode.replace_history or episode.rewrite_history or head is None,
+            own_rows=own,
+            remote_rows=remote,
+            consumed=list(episode.consumed),
+        )
+        await self._commits.apply(commit)
+        self._work.hand_over(created, partition)
+        return created
+
+    async def _episode_head(
+        self, partition: str, head: Head | None, episode: Episode, now: str
+    ) -> dict[str, Any]:
+        new = (
+            dict(head.row)
+            if head is not None
+            else {
+                "PartitionKey": partition,
+                "RowKey": HEAD_ROW,
+                "Status": RuntimeStatus.RUNNING,
+                "CreatedAt": now,
+            }
+        )
+        if episode.replace_history:
+            parent = ((episode.parent or {}).get("OrchestrationInstance") or {}).get("InstanceId")
+            for key, value in (
+                ("ExecutionId", episode.execution_id),
+                ("Name", episode.name),
+                ("Version", episode.version),
+                ("ParentInstanceId", parent),
+            ):
+                new.pop(key, None)
+                if value is not None:
+                    new[key] = value
+            await self._tables.put_text(new, "Input", episode.input_json)
+            await self._tables.put_text(new, "Output", None)
+            await self._tables.put_text(new, "CustomStatus", None)
+        new["UpdatedAt"] = now
+        if episode.status is not None:
+            new["Status"] = episode.status
+        if episode.status in OUTPUT_STATUSES or episode.rewrite_history:
+            await self._tables.put_text(new, "Output", episode.output_json)
+        if episode.custom_status_changed:
+            await self._tables.put_text(new, "CustomStatus", episode.custom_status_json)
+        return new
+
+    async def _outgoing_rows(
+        self, partition: str, episode: Episode
+    ) -> tuple[list[ActivityWork], list[dict[str, Any]], list[dict[str, Any]]]:
+        """The episode's outbox as rows: work items and own messages, messages to others."""
+        created: list[ActivityWork] = []
+        own: list[dict[str, Any]] = []
+        remote: list[dict[str, Any]] = []
+        for item in episode.outbox:
+            if item.kind == OutgoingKind.ACTIVITY:
+                work, row = await self._rows.work_row(partition, item.payload)
+                created.append(work)
+                own.append(row)
+                continue
+            target = partition_key(item.target)
+            _, row = await self._rows.inbox_row(target, item.payload, item.visible_at)
+            (own if target == partition else remote).append(row)
+        return created, own, remote
+
+    async def commit_entity(self, commit: EntityCommit) -> None:
+        partition = partition_key(commit.instance_id)
+        head = await self._commits.head_for_commit(partition)
+        new = (
+            dict(head.row)
+            if head is not None
+            else {
+                "PartitionKey": partition,
+                "RowKey": HEAD_ROW,
+                "CreatedAt": commit.now,
+                "Name": commit.instance_id[1:].partition("@")[0],
+            }
+        )
+        new.update(UpdatedAt=commit.now, Status=RuntimeStatus.RUNNING, EntityExists=commit.exists)
+        await self._tables.put_text(new, "EntityState", commit.state_json)
+        remote: list[dict[str, Any]] = []
+        own: list[dict[str, Any]] = []
+        for target, message in commit.responses:
+            _, row = await self._rows.inbox_row(partition_key(target), message)
+            (own if row["PartitionKey"] == partition else remote).append(row)
+        await self._commits.apply(
+            Commit(
+                partition,
+                head,
+                new,
+                events=[],
+                fresh_history=False,
+                own_rows=own,
+                remote_rows=remote,
+                consumed=list(commit.consumed),
+            )
+        )

@@ -1,0 +1,208 @@
+"""Activity work items: rows ``w<id>`` in their instance's partition.
+
+A work item is written by its episode's commit already handed to the engine of this
+process (``DequeueCount`` 1), which runs it at once. Work found otherwise - after a
+restart, or written by another process - is claimed with ``mark_dequeued`` (read, then
+MERGE of the count If-Match), so a count above 1 means an earlier run was interrupted;
+``release`` undoes one claim after a graceful stop.
+
+``complete`` deletes the work item and adds its result message in **one transaction**
+(both live in the instance's partition): a second completion finds the work item gone and
+reports ``False``, so each work item gets exactly one completion. The result message
+carries a nonce, so a retry after a lost response recognises its own result.
+
+``handed`` remembers which work items this process gave its engine (``poll`` reports only
+the others) and ``_partition_of`` where each lives (claims and releases need no lookup).
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+from azure.data.tables import UpdateMode
+
+from durable_host import faults
+from durable_host.records import ActivityWork
+from durable_host.store.azure.codec import (
+    WORK_ROWS,
+    Head,
+    item_id,
+    partition_key,
+    work_row_key,
+)
+from durable_host.store.azure.commit import CommitProtocol
+from durable_host.store.azure.errors import StoreConflictError, is_transient, status_of
+from durable_host.store.azure.rows import HubRows
+from durable_host.store.azure.tables import HubTables
+
+MAX_CLAIM_ATTEMPTS = 10  # a work item that keeps changing under a claim is a conflict
+
+
+class WorkItems:
+    """The store's activity operations (see the module docstring)."""
+
+    def __init__(self, tables: HubTables, rows: HubRows, commits: CommitProtocol) -> None:
+        self._tables = tables
+        self._rows = rows
+        self._commits = commits
+        self._partition_of: dict[int, str] = {}
+        self.handed: set[int] = set()  # work ids given to the engine by this process
+
+    def hand_over(self, works: list[ActivityWork], partition: str) -> None:
+        """Work items a commit created, which this process's engine runs at once."""
+        for work in works:
+            self._partition_of[work.work_id] = partition
+            self.handed.add(work.work_id)
+
+    def forget(self, partition: str) -> None:
+        """Forget the work items of a purged instance."""
+        for work_id in [w for w, p in self._partition_of.items() if p == partition]:
+            self._partition_of.pop(work_id, None)
+            self.handed.discard(work_id)
+
+    # --- completion --------------------------------------------------------------------
+
+    async def complete(self, work_id: int, instance_id: str, message: dict[str, Any]) -> bool:
+        partition = partition_key(instance_id)
+        self.handed.discard(work_id)
+        for _ in range(5):
+            _, row = await self._rows.inbox_row(partition, message)
+            row["N"] = uuid.uuid4().hex
+            faults.hit("store.before_commit")
+            done = await self._tables.retry(
+                "complete an activity",
+                functools.partial(self._complete_once, partition, work_id, row),
+                write=True,
+            )
+            if done is not None:
+                if done:
+                    self._partition_of.pop(work_id, None)
+                return done
+        raise StoreConflictError("could not allocate a message id")
+
+    async def _complete_once(
+        self, partition: str, work_id: int, row: dict[str, Any]
+    ) -> bool | None:
+        """Delete the work item and add the result in one transaction.
+
+        True: this call completed it; False: it was already gone (another run reported);
+        None: the result's id collided with another message, try again with a new id.
+        """
+        ops = [
+            ("delete", {"PartitionKey": partition, "RowKey": work_row_key(work_id)}),
+            ("create", row),
+        ]
+        try:
+            await self._tables.table.submit_transaction(ops)
+        except HttpResponseError as exc:
+            if is_transient(exc):
+                raise
+            if await self._tables.nonce_of(partition, row["RowKey"]) == row["N"]:
+                return True  # our earlier attempt applied; its response was lost
+            return None if status_of(exc) == 409 else False
+        self._tables.faults.hit("complete")
+        return True
+
+    # --- finding work ------------------------------------------------------------------
+
+    async def pending(self) -> list[ActivityWork]:
+        """Every visible work item of the hub."""
+        return await self._visible_work(await self._tables.query(*_work_filter()))
+
+    async def not_handed(self) -> list[ActivityWork]:
+        """Visible work items this process never gave its engine."""
+        rows = await self._tables.query(*_work_filter())
+        return await self._visible_work(
+            [r for r in rows if item_id(r["RowKey"]) not in self.handed]
+        )
+
+    async def _visible_work(self, rows: list[Any]) -> list[ActivityWork]:
+        heads: dict[str, Head | None] = {}
+        found: list[ActivityWork] = []
+        for row in sorted(rows, key=lambda r: r["RowKey"]):
+            if not await self._commits.is_visible(row, heads):
+                continue
+            work = await self._rows.work_item(row)
+            found.append(work)
+            self._partition_of[work.work_id] = row["PartitionKey"]
+            self.handed.add(work.work_id)
+        return found
+
+    async def _find_partition(self, work_id: int) -> str | None:
+        partition = self._partition_of.get(work_id)
+        if partition is not None:
+            return partition
+        rows = await self._tables.query(
+            "RowKey eq @rk", {"rk": work_row_key(work_id)}, select=["PartitionKey"]
+        )
+        return rows[0]["PartitionKey"] if rows else None
+
+    # --- claims ------------------------------------------------------------------------
+
+    async def mark_dequeued(self, work_id: int) -> int:
+        """Claim a work item: the new dequeue count (0: the work item is gone)."""
+        partition = await self._find_partition(work_id)
+        if partition is None:
+            return 0
+        faults.hit("store.before_commit")
+        for _ in range(MAX_CLAIM_ATTEMPTS):
+            count = await self._tables.retry(
+                "count a dequeue",
+                functools.partial(self._change_count, partition, work_id, +1),
+                write=True,
+            )
+            if count is not None:
+                if count == 0:
+                    self.handed.discard(work_id)
+                return count
+        raise StoreConflictError(f"work item {work_id} kept changing")
+
+    async def release(self, work_id: int) -> None:
+        """Undo one dequeue: the run was abandoned by a graceful stop, it did not crash."""
+        partition = await self._find_partition(work_id)
+        if partition is None:
+            return
+        for _ in range(MAX_CLAIM_ATTEMPTS):
+            count = await self._tables.retry(
+                "release a work item",
+                functools.partial(self._change_count, partition, work_id, -1),
+                write=True,
+            )
+            if count is not None:
+                return
+        raise StoreConflictError(f"work item {work_id} kept changing")
+
+    async def _change_count(self, partition: str, work_id: int, step: int) -> int | None:
+        """Read the work item, then MERGE its dequeue count + ``step`` If-Match.
+
+        The new count (0 if the work item is gone); None if it changed meanwhile (or our
+        own lost response applied): read again.
+        """
+        try:
+            row = await self._tables.table.get_entity(partition, work_row_key(work_id))
+        except ResourceNotFoundError:
+            return 0
+        count = max(int(row.get("DequeueCount", 0)) + step, 0)
+        try:
+            await self._tables.table.update_entity(
+                {"PartitionKey": partition, "RowKey": row["RowKey"], "DequeueCount": count},
+                mode=UpdateMode.MERGE,
+                etag=row.metadata["etag"],
+                match_condition=MatchConditions.IfNotModified,
+            )
+        except ResourceNotFoundError:
+            return 0
+        except HttpResponseError as exc:
+            if status_of(exc) == 412:
+                return None
+            raise
+        return count
+
+
+def _work_filter() -> tuple[str, dict[str, Any]]:
+    low, high = WORK_ROWS
+    return "RowKey ge @lo and RowKey lt @hi", {"lo": low, "hi": high}
