@@ -49,7 +49,14 @@ from durable_host import activities, entity, faults, logs, orchestration, replay
 from durable_host import history as h
 from durable_host.config import HostConfig
 from durable_host.loader import AppIndex
-from durable_host.store.base import ActivityWork, CorruptHistoryError, InstanceRecord, Store
+from durable_host.records import (
+    ActivityWork,
+    InstanceRecord,
+    MessageKind,
+    OutgoingKind,
+    RuntimeStatus,
+)
+from durable_host.store.base import CorruptHistoryError, Store
 
 log = logging.getLogger("durable_host.engine")
 T = TypeVar("T")
@@ -140,9 +147,7 @@ class Engine:
         workers = max(1, self.config.max_orchestrators) + max(1, self.config.max_entities)
         self._workers = [asyncio.create_task(self._worker()) for _ in range(workers)]
         self._workers.append(asyncio.create_task(self._timer_loop()))
-        poll = getattr(self.store, "poll", None)  # stores other processes can write to
-        if poll is not None:
-            self._workers.append(asyncio.create_task(self._poll_loop(poll)))
+        self._workers.append(asyncio.create_task(self._poll_loop()))
 
     async def stop(self, grace: float = 10.0) -> None:
         """Take no new work; let running episodes commit and activities finish, within ``grace``.
@@ -220,40 +225,36 @@ class Engine:
         asyncio.get_running_loop().call_later(delay, self.notify, instance_id)
 
     async def _process(self, instance_id: str) -> None:
+        """One episode or entity batch; the instance record is read once for all of it."""
         now = self.now()
         messages = await self.store.fetch_messages(instance_id, now, MESSAGE_BATCH)
         if not messages:
             return
         for message_id, message in messages:
-            if message.get("kind") == "undecodable":
+            if message.get("kind") == MessageKind.UNDECODABLE:
                 log.error("inbox message %d cannot be decoded: %s", message_id, message.get("error"))
         entity_id = instance_id.startswith("@")
-        if not entity_id and await self._all_held(instance_id, messages):
+        reading = time.perf_counter()
+        record = await self.store.get_instance(instance_id)
+        read = time.perf_counter() - reading
+        status = record.status if record else None
+        if not entity_id and orchestration.all_held(status, [m for _, m in messages]):
             return  # e.g. events for a suspended instance: nothing to do, nothing to count
         counting = time.perf_counter()
         poison = await self._count_attempt(instance_id)
         self.timings["attempt"].append(time.perf_counter() - counting)
         if entity_id:
             async with self._entity_slots:
-                await self._entity_batch(instance_id, messages, now, poison)
+                await self._entity_batch(instance_id, record, messages, now, poison)
         else:
             async with self._orchestrator_slots:
-                await self._episode(instance_id, messages, now, poison)
+                await self._episode(instance_id, record, messages, now, poison, read)
         if len(messages) >= MESSAGE_BATCH:
             self._dirty.add(instance_id)
 
-    async def _all_held(self, instance_id: str, messages: list[tuple[int, dict[str, Any]]]) -> bool:
-        if any(m.get("kind") != "event" for _, m in messages):
-            return False
-        record = await self.store.get_instance(instance_id)
-        return orchestration.all_held(record.status if record else None, [m for _, m in messages])
-
     async def _count_attempt(self, instance_id: str) -> str | None:
         """Count this attempt; past the bound, the reason the instance is quarantined."""
-        begin = getattr(self.store, "begin_attempt", None)
-        if begin is None:
-            return None  # a store without attempt counts cannot detect poison work
-        attempts = await begin(instance_id)
+        attempts = await self.store.begin_attempt(instance_id)
         if attempts <= self.poison_attempts:
             if attempts > 1:
                 log.warning("attempt %d: the previous attempt did not finish", attempts)
@@ -266,19 +267,21 @@ class Engine:
     async def _episode(
         self,
         instance_id: str,
+        record: InstanceRecord | None,
         messages: list[tuple[int, dict[str, Any]]],
         now: str,
         poison: str | None,
+        read: float,
     ) -> None:
-        loading = time.perf_counter()
-        record = await self.store.get_instance(instance_id)
+        """``read``: seconds the instance record took to read (part of the ``load`` timing)."""
+        loading = time.perf_counter() - read
         try:
             history, session = await self._history(instance_id, record)
         except CorruptHistoryError as exc:
             await self._quarantine_unreadable(instance_id, record, messages, str(exc), now)
             return
         self.timings["load"].append(time.perf_counter() - loading)
-        starts = [m for _, m in messages if m["kind"] == "start"]
+        starts = [m for _, m in messages if m["kind"] == MessageKind.START]
         name = starts[-1]["event"]["Name"] if starts else (record.name if record else "")
         info = self.index.orchestrator(name)
         handle = info.fn if info is not None and not info.disabled else None
@@ -353,8 +356,10 @@ class Engine:
         if self.cache is None:
             return
         status = episode.status or (record.status if record else None)
-        hot = any(item.kind == "activity" or item.visible_at is None for item in episode.outbox)
-        if status != "Running" or not hot:
+        hot = any(
+            item.kind == OutgoingKind.ACTIVITY or item.visible_at is None for item in episode.outbox
+        )
+        if status != RuntimeStatus.RUNNING or not hot:
             self.cache.evict(instance_id)
             return
         fresh = episode.replace_history or episode.rewrite_history
@@ -382,7 +387,7 @@ class Engine:
 
     def _dispatch(self, outbox: list[orchestration.Outgoing], now: str) -> None:
         for item in outbox:
-            if item.kind != "message":
+            if item.kind != OutgoingKind.MESSAGE:
                 continue
             if item.visible_at is not None and item.visible_at > now:
                 self.wake_timers()
@@ -408,9 +413,8 @@ class Engine:
                 "hits": self.cache.hits, "misses": self.cache.misses,
             }
             summary["sdk_sessions"] = self.sessions
-        round_trips = getattr(self.store, "round_trips", None)
-        if round_trips is not None:
-            summary["store_round_trips"] = round_trips
+        if self.store.round_trips is not None:
+            summary["store_round_trips"] = self.store.round_trips
         return summary
 
     def set_fast_replay(self, on: bool, with_sessions: bool = True) -> None:
@@ -424,12 +428,12 @@ class Engine:
     async def _entity_batch(
         self,
         instance_id: str,
+        record: InstanceRecord | None,
         messages: list[tuple[int, dict[str, Any]]],
         now: str,
         poison: str | None,
     ) -> None:
         started = time.perf_counter()
-        record = await self.store.get_instance(instance_id)
         name = instance_id[1:].partition("@")[0]
         info = self.index.entity(name)
         handle = info.fn if info is not None and not info.disabled else None
@@ -501,10 +505,10 @@ class Engine:
                 await asyncio.sleep(delay)
                 delay = min(MAX_IDLE_WAIT, delay * 2)
 
-    async def _poll_loop(self, poll: Callable[[], Any]) -> None:
+    async def _poll_loop(self) -> None:
         """Take up work this process was not notified of; ``poll`` paces itself (back-off)."""
         while True:
-            instance_ids, works = await poll()
+            instance_ids, works = await self.store.poll()
             for instance_id in instance_ids:
                 self.notify(instance_id)
             for work in works:
@@ -579,12 +583,10 @@ class Engine:
 
     async def _release(self, work: ActivityWork) -> None:
         """A run abandoned at stop did not crash: it must not count towards poison."""
-        release = getattr(self.store, "release_activity", None)
-        if release is not None:
-            try:
-                await release(work.work_id)
-            except Exception:  # noqa: BLE001 - best effort while stopping
-                log.warning("could not release activity %s at stop", work.name, exc_info=True)
+        try:
+            await self.store.release_activity(work.work_id)
+        except Exception:  # noqa: BLE001 - best effort while stopping
+            log.warning("could not release activity %s at stop", work.name, exc_info=True)
 
 
 def _poison_message(work: ActivityWork, attempts: int, now: str) -> dict[str, Any]:
@@ -593,4 +595,4 @@ def _poison_message(work: ActivityWork, attempts: int, now: str) -> dict[str, An
         " interrupted runs (the host died while it ran each time)"
     )
     event = h.task_failed(work.task_id, now, reason, None)
-    return {"kind": "event", "event": event, "execution_id": work.execution_id}
+    return {"kind": MessageKind.EVENT, "event": event, "execution_id": work.execution_id}

@@ -107,6 +107,8 @@ def _record(row: tuple[Any, ...]) -> InstanceRecord:
 class SqliteStore:
     """Store port on one SQLite file (see module docstring)."""
 
+    round_trips: int | None = None  # no network: nothing to count
+
     def __init__(self, path: Path):
         self.path = Path(path)
         self._db: sqlite3.Connection | None = None
@@ -389,6 +391,12 @@ class SqliteStore:
             return row[0] if row else None
 
         return await self._run(read)
+
+    async def poll(self) -> tuple[list[str], list[ActivityWork]]:
+        """Never returns: only this process writes the file, and it is told of all its work."""
+        never: asyncio.Future[tuple[list[str], list[ActivityWork]]]
+        never = asyncio.get_running_loop().create_future()
+        return await never
 
     # --- queries and purge ------------------------------------------------------------
 
