@@ -6,10 +6,13 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from durable_host import faults
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class LostResponse(Exception):
@@ -61,11 +64,17 @@ def test_the_lost_response_plan_is_read_from_its_own_variable(
 
 
 def test_the_process_plan_kills_the_process_at_the_nth_pass() -> None:
-    script = "from durable_host import faults\nfor _ in range(3):\n    faults.hit('x')\n    print('passed', flush=True)\n"
+    script = (
+        "from durable_host import faults\n"
+        "for _ in range(3):\n"
+        "    faults.hit('x')\n"
+        "    print('passed', flush=True)\n"
+    )
     env = {**os.environ, faults.PROCESS_FAULTS: "x@2"}
 
     done = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=30
+        [sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
+        timeout=30, check=False,
     )
 
     assert done.returncode == -signal.SIGKILL
