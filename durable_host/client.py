@@ -143,8 +143,8 @@ class DurableClient:
             scheduled_start=scheduled_start,
         )
         record = InstanceRecord(
-            instance_id=instance_id, name=start["Name"], status=RuntimeStatus.PENDING, version=version,
-            input_json=input_json, created_at=now, updated_at=now,
+            instance_id=instance_id, name=start["Name"], status=RuntimeStatus.PENDING,
+            version=version, input_json=input_json, created_at=now, updated_at=now,
         )
         try:
             await self.store.create_instance(
@@ -279,7 +279,8 @@ class DurableClient:
         request_id = str(uuid.uuid4())
         request = {"op": operation, "id": request_id, "signal": True, "input": input_json}
         target = wire.entity_instance_id(name, key)
-        await self.store.send(target, {"kind": MessageKind.OP, "request": request}, self.engine.now())
+        message = {"kind": MessageKind.OP, "request": request}
+        await self.store.send(target, message, self.engine.now())
         self.engine.notify(target)
         return request_id
 

@@ -256,7 +256,8 @@ class _MessageState:
 
 def _ended_failed(history: list[Event]) -> bool:
     return any(
-        e["EventType"] == EventType.EXECUTION_COMPLETED and e.get("OrchestrationStatus") == RuntimeStatus.FAILED
+        e["EventType"] == EventType.EXECUTION_COMPLETED
+        and e.get("OrchestrationStatus") == RuntimeStatus.FAILED
         for e in history
     )
 
@@ -444,7 +445,8 @@ def _notify_parent(
         event = h.sub_orchestration_failed(task_id, now, text or "", f"Message: {text}, StackTrace: ")
     else:
         event = h.sub_orchestration_completed(task_id, now, text)
-    payload = {"kind": MessageKind.EVENT, "event": event, "execution_id": instance.get("ExecutionId")}
+    execution_id = instance.get("ExecutionId")
+    payload = {"kind": MessageKind.EVENT, "event": event, "execution_id": execution_id}
     episode.outbox.append(Outgoing(OutgoingKind.MESSAGE, instance["InstanceId"], payload))
 
 
@@ -473,7 +475,9 @@ def _replayed_nodes(
     if handle is None or started is None or not history:
         return []
     decided = _decide(handle, view.instance_id, history, started, compact=False)
-    replayed = InstanceView(view.instance_id, RuntimeStatus.RUNNING, execution_id, history, view.name)
+    replayed = InstanceView(
+        view.instance_id, RuntimeStatus.RUNNING, execution_id, history, view.name
+    )
     shim = Shim(replayed, history, history[-1]["Timestamp"], execution_id)
     with contextlib.suppress(NonDeterminismError):  # changed code: failure events decide
         shim.walk(decided.actions)

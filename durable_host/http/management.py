@@ -173,7 +173,8 @@ class ManagementApi:
         if status is None:
             return web.Response(status=404)
         running = status["runtimeStatus"] not in TERMINAL
-        if status["runtimeStatus"] == RuntimeStatus.FAILED and _flag(request, "returnInternalServerErrorOnFailure", False):
+        failed = status["runtimeStatus"] == RuntimeStatus.FAILED
+        if failed and _flag(request, "returnInternalServerErrorOnFailure", False):
             return json_response(status, 500)
         if running:
             headers = {"Location": str(request.url), "Retry-After": "5"}

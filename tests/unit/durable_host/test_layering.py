@@ -23,7 +23,9 @@ HOST = "durable_host"
 APP_PACKAGES = ("kernel", "orchestrators", "activities", "entities", "api", "adapters")
 APP = (*APP_PACKAGES, "function_app")
 CORES = ("orchestration", "entity", "history", "shim", "replay", "wire", "rewind", "records")
-CORE_FORBIDDEN = ("durable_host.store", "durable_host.http", "asyncio", "sqlite3", "aiohttp", "azure")
+CORE_FORBIDDEN = (
+    "durable_host.store", "durable_host.http", "asyncio", "sqlite3", "aiohttp", "azure",
+)
 STORE_MAY_IMPORT = (
     "durable_host.records",
     "durable_host.faults",
