@@ -23,6 +23,7 @@ import signal
 import sys
 from collections import Counter
 from collections.abc import Callable
+from typing import Self
 
 PROCESS_FAULTS = "DURABLE_HOST_FAULTS"
 AZURE_FAULTS = "DURABLE_HOST_AZURE_FAULTS"
@@ -47,7 +48,7 @@ class FaultPlan:
         self._seen: Counter[str] = Counter()
 
     @classmethod
-    def from_env(cls, variable: str) -> FaultPlan:
+    def from_env(cls, variable: str) -> Self:
         return cls(os.environ.get(variable, ""))
 
     def due(self, point: str) -> int:
