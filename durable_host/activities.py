@@ -30,7 +30,7 @@ from azure.functions.durable_functions import ActivityTriggerConverter
 from durable_host import history as h
 from durable_host import invocation
 from durable_host.loader import AppIndex
-from durable_host.store.base import ActivityWork
+from durable_host.records import ActivityWork, MessageKind
 
 HTTP_ACTIVITY = "BuiltIn::HttpActivity"
 
@@ -57,7 +57,7 @@ async def run(
         event = _failed(work, now(), message, message)
     except Exception as exc:  # noqa: BLE001 - user-code failure is data
         event = _failed(work, now(), str(exc) or type(exc).__name__, traceback.format_exc())
-    return {"kind": "event", "event": event, "execution_id": work.execution_id}
+    return {"kind": MessageKind.EVENT, "event": event, "execution_id": work.execution_id}
 
 
 def _timespan(seconds: float) -> str:

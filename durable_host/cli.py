@@ -15,10 +15,7 @@ import sys
 from pathlib import Path
 
 from durable_host import logs
-from durable_host.config import ConfigError
-from durable_host.host import Host, StoreSpecError
-from durable_host.loader import AppLoadError
-from durable_host.store.base import StoreLockedError
+from durable_host.host import STARTUP_ERRORS, Host
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -39,7 +36,7 @@ async def serve(args: argparse.Namespace) -> int:
     host = Host(args.app_dir, args.host, args.port, args.store, args.grace)
     try:
         await host.start()
-    except (AppLoadError, ConfigError, StoreLockedError, StoreSpecError, OSError) as exc:
+    except STARTUP_ERRORS as exc:
         print(f"durable host: {exc}", file=sys.stderr)
         return 2
     print(f"durable host listening on {host.base_url}", flush=True)

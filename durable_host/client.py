@@ -7,6 +7,9 @@ transaction) and wakes the engine; a rejected request writes nothing. Failures a
 wrap an exception, ``ExceptionMessage``/``ExceptionType``/``StackTrace``), or a bare JSON
 string where the extension answers with ``CreateResponse(code, "text")``.
 
+Every read and write of the task hub that the HTTP front ends (management webhooks, the
+SDK's RPC) need goes through ``DurableClient``: they never reach the store themselves.
+
 Rewind: see ``orchestration`` (the engine rewrites the history in an episode, so a
 rewind is an inbox message like any other control operation). Restart: the instance's
 name, stored input and version start again, under a new id or the same one (the same id
@@ -15,6 +18,7 @@ follows ``overridableExistingInstanceStates``, as a start does).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import uuid
@@ -24,9 +28,16 @@ from typing import Any
 from durable_host import history as h
 from durable_host import orchestration, wire
 from durable_host.engine import Engine
-from durable_host.store.base import InstanceExistsError, InstanceRecord, Query
+from durable_host.records import (
+    TERMINAL,
+    InstanceRecord,
+    MessageKind,
+    Query,
+    QueryPage,
+    RuntimeStatus,
+)
+from durable_host.store.base import InstanceExistsError
 
-TERMINAL = ("Completed", "Failed", "Terminated", "Canceled")
 _BAD_ID = re.compile(r"[/\\#?\x00-\x1f\x7f]")
 
 
@@ -132,12 +143,12 @@ class DurableClient:
             scheduled_start=scheduled_start,
         )
         record = InstanceRecord(
-            instance_id=instance_id, name=start["Name"], status="Pending", version=version,
-            input_json=input_json, created_at=now, updated_at=now,
+            instance_id=instance_id, name=start["Name"], status=RuntimeStatus.PENDING,
+            version=version, input_json=input_json, created_at=now, updated_at=now,
         )
         try:
             await self.store.create_instance(
-                record, {"kind": "start", "event": start},
+                record, {"kind": MessageKind.START, "event": start},
                 self.engine.config.overridable_states, visible_at=scheduled_start,
             )
         except InstanceExistsError as exc:
@@ -168,16 +179,16 @@ class DurableClient:
 
     async def raise_event(self, instance_id: str, name: str, input_json: str | None) -> None:
         event = h.event_raised(self.engine.now(), name, input_json)
-        await self._control(instance_id, {"kind": "event", "event": event})
+        await self._control(instance_id, {"kind": MessageKind.EVENT, "event": event})
 
     async def terminate(self, instance_id: str, reason: str | None) -> None:
-        await self._control(instance_id, {"kind": "terminate", "reason": reason})
+        await self._control(instance_id, {"kind": MessageKind.TERMINATE, "reason": reason})
 
     async def suspend(self, instance_id: str, reason: str | None) -> None:
-        await self._control(instance_id, {"kind": "suspend", "reason": reason})
+        await self._control(instance_id, {"kind": MessageKind.SUSPEND, "reason": reason})
 
     async def resume(self, instance_id: str, reason: str | None) -> None:
-        await self._control(instance_id, {"kind": "resume", "reason": reason})
+        await self._control(instance_id, {"kind": MessageKind.RESUME, "reason": reason})
 
     async def rewind(self, instance_id: str, reason: str | None) -> None:
         """Rewind a Failed instance: its failed steps run again (see ``orchestration``)."""
@@ -186,7 +197,7 @@ class DurableClient:
             # The extension's text, its stray '$' included.
             text = f'No orchestration with instance ID "${instance_id}" found.'
             raise ClientError(404, text, plain=True)
-        if record.status != "Failed":
+        if record.status != RuntimeStatus.FAILED:
             raise ClientError(
                 412,
                 f"This orchestration has status {record.status}, but only orchestrations in"
@@ -194,8 +205,10 @@ class DurableClient:
                 plain=True,
             )
         # Pending from here on, as DTFx's rewind leaves it, until the rewind episode runs.
-        message = {"kind": "rewind", "reason": reason}
-        await self.store.send(instance_id, message, self.engine.now(), status="Pending")
+        message = {"kind": MessageKind.REWIND, "reason": reason}
+        await self.store.send(
+            instance_id, message, self.engine.now(), status=RuntimeStatus.PENDING
+        )
         self.engine.notify(instance_id)
 
     async def restart(self, instance_id: str, new_instance_id: bool = True) -> str:
@@ -226,7 +239,7 @@ class DurableClient:
         if record is None:
             return None
         payload = status_payload(record, show_input)
-        if show_history and record.status != "Pending":  # the extension shows none yet
+        if show_history and record.status != RuntimeStatus.PENDING:  # the extension shows none yet
             events = await self.store.get_history(instance_id)
             payload["historyEvents"] = transform_history(events, show_history_output)
         return payload
@@ -250,6 +263,10 @@ class DurableClient:
             )
         return await self.store.purge(instance_id)
 
+    async def purge_many(self, query: Query) -> int:
+        """Purge every instance ``query`` matches (the management API's bulk delete)."""
+        return await self.store.purge_many(query)
+
     # --- entities ---
 
     async def signal_entity(
@@ -262,13 +279,21 @@ class DurableClient:
         request_id = str(uuid.uuid4())
         request = {"op": operation, "id": request_id, "signal": True, "input": input_json}
         target = wire.entity_instance_id(name, key)
-        await self.store.send(target, {"kind": "op", "request": request}, self.engine.now())
+        message = {"kind": MessageKind.OP, "request": request}
+        await self.store.send(target, message, self.engine.now())
         self.engine.notify(target)
         return request_id
 
     async def read_entity(self, name: str, key: str) -> InstanceRecord | None:
         record = await self.store.get_instance(wire.entity_instance_id(name, key))
         return record if record is not None and record.entity_exists else None
+
+    async def query_entities(self, name: str, query: Query) -> QueryPage:
+        """One page of the instances of entity ``name`` (deleted ones included: they have
+        ``entity_exists`` False; the caller decides what to show)."""
+        return await self.store.query(
+            dataclasses.replace(query, prefix=wire.entity_instance_id(name, ""))
+        )
 
 
 def _api_time(stamp: str) -> str:

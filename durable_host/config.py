@@ -18,8 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-NON_RUNNING = ("Completed", "Failed", "Terminated", "Canceled")
-ANY_STATE = (*NON_RUNNING, "Running", "Pending", "Suspended", "ContinuedAsNew")
+from durable_host.records import RuntimeStatus
+
+# overridableExistingInstanceStates: the statuses in which a start may reuse an id.
+NON_RUNNING: tuple[str, ...] = (
+    RuntimeStatus.COMPLETED, RuntimeStatus.FAILED, RuntimeStatus.TERMINATED, RuntimeStatus.CANCELED,
+)
+ANY_STATE: tuple[str, ...] = (
+    *NON_RUNNING,
+    RuntimeStatus.RUNNING, RuntimeStatus.PENDING, RuntimeStatus.SUSPENDED,
+    RuntimeStatus.CONTINUED_AS_NEW,
+)
 _HUB_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]{2,49}$")
 
 

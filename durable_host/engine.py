@@ -3,8 +3,9 @@
 Instances with visible inbox messages are *ready*; a bounded set of workers takes a
 ready instance, reads its messages and history, runs one pure episode (or entity batch)
 in a worker thread, commits the result in one store transaction, and only then
-dispatches what the commit produced: activity work items to the activity runners,
-messages to other instances (which become ready), timers to the timer loop.
+dispatches what the commit produced: activity work items to the activity runner
+(``activity_runner.py``), messages to other instances (which become ready), timers to
+the timer loop.
 
 Nothing is kept in memory for a waiting instance: the ready set holds ids only, and
 the timer loop holds one due time - the earliest invisible message in the store - so
@@ -16,7 +17,8 @@ fails.
 After a crash, ``start`` finds every instance with visible messages and every
 uncompleted activity in the store and picks them up: an activity that was running when
 the host died runs again (the one re-execution window, counted in
-``stats['activity_reruns']``).
+``stats['activity_reruns']``). Work another process writes to the task hub arrives
+through the store's ``poll``, which the engine calls in a loop from start to stop.
 
 Poison: before each episode or entity batch the store counts one more attempt
 (``begin_attempt``; a commit resets it). Work that kills the process every time, or
@@ -41,18 +43,19 @@ import os
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
-from durable_host import activities, entity, faults, logs, orchestration, replay, sessions
+from durable_host import entity, faults, logs, orchestration, replay, sessions
 from durable_host import history as h
+from durable_host.activity_runner import ActivityRunner
 from durable_host.config import HostConfig
 from durable_host.loader import AppIndex
-from durable_host.store.base import ActivityWork, CorruptHistoryError, InstanceRecord, Store
+from durable_host.records import InstanceRecord, MessageKind, OutgoingKind, RuntimeStatus
+from durable_host.store.base import CorruptHistoryError, Store
 
 log = logging.getLogger("durable_host.engine")
-T = TypeVar("T")
 MAX_ACTIVITY_ATTEMPTS = 5  # default attempts before work is declared poison
 MAX_IDLE_WAIT = 30.0  # seconds; the timer loop re-checks the store at least this often
 MESSAGE_BATCH = 1000  # inbox messages taken into one episode
@@ -113,14 +116,17 @@ class Engine:
         self._running: set[str] = set()
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
-        self._activity_slots = asyncio.Semaphore(max(1, config.max_activities))
         self._orchestrator_slots = asyncio.Semaphore(max(1, config.max_orchestrators))
         self._entity_slots = asyncio.Semaphore(max(1, config.max_entities))
         self._workers: list[asyncio.Task[None]] = []
-        self._activities: dict[asyncio.Task[None], ActivityWork] = {}
         self._stopping = False
         self._idle = asyncio.Event()
         self.stats: dict[str, int] = {"episodes": 0, "activity_runs": 0, "activity_reruns": 0}
+        self.activities = ActivityRunner(
+            index, store, config,
+            now=lambda: self.now(), notify=self.notify, client_json=lambda: self.client_json(),
+            poison_attempts=lambda: self.poison_attempts, stats=self.stats,
+        )
         # Recent durations (seconds) for /admin/host/metrics and bench/: bounded memory.
         self.timings: dict[str, deque[float]] = {
             name: deque(maxlen=10_000)
@@ -136,43 +142,30 @@ class Engine:
         for instance_id in await self.store.ready_instances(now):
             self.notify(instance_id)
         for work in await self.store.pending_activities():
-            self._spawn_activity(work)
+            self.activities.spawn(work)
         workers = max(1, self.config.max_orchestrators) + max(1, self.config.max_entities)
         self._workers = [asyncio.create_task(self._worker()) for _ in range(workers)]
         self._workers.append(asyncio.create_task(self._timer_loop()))
-        poll = getattr(self.store, "poll", None)  # stores other processes can write to
-        if poll is not None:
-            self._workers.append(asyncio.create_task(self._poll_loop(poll)))
+        self._workers.append(asyncio.create_task(self._poll_loop()))
 
     async def stop(self, grace: float = 10.0) -> None:
         """Take no new work; let running episodes commit and activities finish, within ``grace``.
 
         An abandoned activity's work item stays in the store and runs again after restart.
         """
-        self._stopping = True
+        self._stopping = self.activities.stopping = True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, grace)
         log.info(
             "stopping: %d episodes and %d activities running, %.1fs grace",
-            len(self._running), len(self._activities), grace,
+            len(self._running), len(self.activities.running), grace,
         )
         while self._running and loop.time() < deadline:
             await asyncio.sleep(0.02)  # episodes are short; a commit must not be cut off
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
-        if self._activities:
-            remaining = max(0.0, deadline - loop.time())
-            _, pending = await asyncio.wait(list(self._activities), timeout=remaining)
-            for task in pending:
-                work = self._activities.get(task)
-                if work is not None:
-                    log.warning(
-                        "activity %s (task %d) abandoned at stop; it runs again after restart",
-                        work.name, work.task_id, extra={"instance_id": work.instance_id},
-                    )
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        await self.activities.stop(deadline)
 
     def notify(self, instance_id: str) -> None:
         """Mark an instance ready (it has, or may have, visible messages)."""
@@ -220,40 +213,36 @@ class Engine:
         asyncio.get_running_loop().call_later(delay, self.notify, instance_id)
 
     async def _process(self, instance_id: str) -> None:
+        """One episode or entity batch; the instance record is read once for all of it."""
         now = self.now()
         messages = await self.store.fetch_messages(instance_id, now, MESSAGE_BATCH)
         if not messages:
             return
         for message_id, message in messages:
-            if message.get("kind") == "undecodable":
+            if message.get("kind") == MessageKind.UNDECODABLE:
                 log.error("inbox message %d cannot be decoded: %s", message_id, message.get("error"))
         entity_id = instance_id.startswith("@")
-        if not entity_id and await self._all_held(instance_id, messages):
+        reading = time.perf_counter()
+        record = await self.store.get_instance(instance_id)
+        read = time.perf_counter() - reading
+        status = record.status if record else None
+        if not entity_id and orchestration.all_held(status, [m for _, m in messages]):
             return  # e.g. events for a suspended instance: nothing to do, nothing to count
         counting = time.perf_counter()
         poison = await self._count_attempt(instance_id)
         self.timings["attempt"].append(time.perf_counter() - counting)
         if entity_id:
             async with self._entity_slots:
-                await self._entity_batch(instance_id, messages, now, poison)
+                await self._entity_batch(instance_id, record, messages, now, poison)
         else:
             async with self._orchestrator_slots:
-                await self._episode(instance_id, messages, now, poison)
+                await self._episode(instance_id, record, messages, now, poison, read)
         if len(messages) >= MESSAGE_BATCH:
             self._dirty.add(instance_id)
 
-    async def _all_held(self, instance_id: str, messages: list[tuple[int, dict[str, Any]]]) -> bool:
-        if any(m.get("kind") != "event" for _, m in messages):
-            return False
-        record = await self.store.get_instance(instance_id)
-        return orchestration.all_held(record.status if record else None, [m for _, m in messages])
-
     async def _count_attempt(self, instance_id: str) -> str | None:
         """Count this attempt; past the bound, the reason the instance is quarantined."""
-        begin = getattr(self.store, "begin_attempt", None)
-        if begin is None:
-            return None  # a store without attempt counts cannot detect poison work
-        attempts = await begin(instance_id)
+        attempts = await self.store.begin_attempt(instance_id)
         if attempts <= self.poison_attempts:
             if attempts > 1:
                 log.warning("attempt %d: the previous attempt did not finish", attempts)
@@ -266,19 +255,21 @@ class Engine:
     async def _episode(
         self,
         instance_id: str,
+        record: InstanceRecord | None,
         messages: list[tuple[int, dict[str, Any]]],
         now: str,
         poison: str | None,
+        read: float,
     ) -> None:
-        loading = time.perf_counter()
-        record = await self.store.get_instance(instance_id)
+        """``read``: seconds the instance record took to read (part of the ``load`` timing)."""
+        loading = time.perf_counter() - read
         try:
             history, session = await self._history(instance_id, record)
         except CorruptHistoryError as exc:
             await self._quarantine_unreadable(instance_id, record, messages, str(exc), now)
             return
         self.timings["load"].append(time.perf_counter() - loading)
-        starts = [m for _, m in messages if m["kind"] == "start"]
+        starts = [m for _, m in messages if m["kind"] == MessageKind.START]
         name = starts[-1]["event"]["Name"] if starts else (record.name if record else "")
         info = self.index.orchestrator(name)
         handle = info.fn if info is not None and not info.disabled else None
@@ -318,7 +309,7 @@ class Engine:
         if poison is not None:
             log.error("orchestration %s", poison)
         for work in created:
-            self._spawn_activity(work, fresh=True)
+            self.activities.spawn(work, fresh=True)
         self._dispatch(episode.outbox, now)
 
     async def _history(
@@ -353,8 +344,10 @@ class Engine:
         if self.cache is None:
             return
         status = episode.status or (record.status if record else None)
-        hot = any(item.kind == "activity" or item.visible_at is None for item in episode.outbox)
-        if status != "Running" or not hot:
+        hot = any(
+            item.kind == OutgoingKind.ACTIVITY or item.visible_at is None for item in episode.outbox
+        )
+        if status != RuntimeStatus.RUNNING or not hot:
             self.cache.evict(instance_id)
             return
         fresh = episode.replace_history or episode.rewrite_history
@@ -382,7 +375,7 @@ class Engine:
 
     def _dispatch(self, outbox: list[orchestration.Outgoing], now: str) -> None:
         for item in outbox:
-            if item.kind != "message":
+            if item.kind != OutgoingKind.MESSAGE:
                 continue
             if item.visible_at is not None and item.visible_at > now:
                 self.wake_timers()
@@ -401,16 +394,15 @@ class Engine:
                     "p99": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 3),
                 }
         summary["ready"] = len(self._queued)
-        summary["running_activities"] = len(self._activities)
+        summary["running_activities"] = len(self.activities.running)
         if self.cache is not None:
             summary["history_cache"] = {
                 "instances": len(self.cache), "events": self.cache.size,
                 "hits": self.cache.hits, "misses": self.cache.misses,
             }
             summary["sdk_sessions"] = self.sessions
-        round_trips = getattr(self.store, "round_trips", None)
-        if round_trips is not None:
-            summary["store_round_trips"] = round_trips
+        if self.store.round_trips is not None:
+            summary["store_round_trips"] = self.store.round_trips
         return summary
 
     def set_fast_replay(self, on: bool, with_sessions: bool = True) -> None:
@@ -424,12 +416,12 @@ class Engine:
     async def _entity_batch(
         self,
         instance_id: str,
+        record: InstanceRecord | None,
         messages: list[tuple[int, dict[str, Any]]],
         now: str,
         poison: str | None,
     ) -> None:
         started = time.perf_counter()
-        record = await self.store.get_instance(instance_id)
         name = instance_id[1:].partition("@")[0]
         info = self.index.entity(name)
         handle = info.fn if info is not None and not info.disabled else None
@@ -484,113 +476,11 @@ class Engine:
         delta = (h.parse_time(due) - h.parse_time(self.now())).total_seconds()
         return min(MAX_IDLE_WAIT, max(delta, 0.0) + 0.001)
 
-    async def _store_call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        """Retry a store call with back-off until it succeeds or the host stops.
-
-        An activity's bookkeeping must not be lost to a passing store error: the work item
-        would stay claimed until a restart, and a finished result would be thrown away.
-        """
-        delay = 0.5
-        while True:
-            try:
-                return await call()
-            except Exception:
-                if self._stopping:
-                    raise
-                log.warning("%s failed; retrying in %.1fs", what, delay, exc_info=True)
-                await asyncio.sleep(delay)
-                delay = min(MAX_IDLE_WAIT, delay * 2)
-
-    async def _poll_loop(self, poll: Callable[[], Any]) -> None:
+    async def _poll_loop(self) -> None:
         """Take up work this process was not notified of; ``poll`` paces itself (back-off)."""
         while True:
-            instance_ids, works = await poll()
+            instance_ids, works = await self.store.poll()
             for instance_id in instance_ids:
                 self.notify(instance_id)
             for work in works:
-                self._spawn_activity(work)
-
-    # --- activities ---------------------------------------------------------------
-
-    def _spawn_activity(self, work: ActivityWork, *, fresh: bool = False) -> None:
-        """``fresh``: created by this engine's own commit, which already counted it as handed
-        (dequeue count 1), so running it costs no extra store write. Work found in the store
-        (at start, or written by another process) is claimed with ``mark_activity_dequeued``,
-        whose count above 1 reveals a re-execution after a crash."""
-        task = asyncio.create_task(self._run_activity(work, fresh))
-        self._activities[task] = work
-        task.add_done_callback(self._forget_activity)
-
-    def _forget_activity(self, task: asyncio.Task[None]) -> None:
-        self._activities.pop(task, None)
-
-    async def _run_activity(self, work: ActivityWork, fresh: bool = False) -> None:
-        logs.instance.set(work.instance_id)  # this task's own context
-        async with self._activity_slots:
-            if self._stopping:
-                if fresh:
-                    await self._release(work)  # never ran: not a crash after restart
-                return
-            attempts = (
-                work.dequeue_count
-                if fresh
-                else await self._store_call(
-                    "claiming an activity",
-                    lambda: self.store.mark_activity_dequeued(work.work_id),
-                )
-            )
-            if attempts == 0:
-                return  # already completed by an earlier run
-            try:
-                message = await self._activity_outcome(work, attempts)
-            except asyncio.CancelledError:
-                await self._release(work)
-                raise
-            completed = await self._store_call(
-                "completing an activity",
-                lambda: self.store.complete_activity(
-                    work.work_id, work.instance_id, message, self.now()
-                ),
-            )
-            if completed:
-                self.notify(work.instance_id)
-
-    async def _activity_outcome(self, work: ActivityWork, attempts: int) -> dict[str, Any]:
-        if attempts > 1:
-            self.stats["activity_reruns"] += 1
-            log.warning(
-                "activity %s (task %d) runs again after an interrupted run", work.name, work.task_id
-            )
-        if attempts > self.poison_attempts:
-            log.error("activity %s (task %d) quarantined as poison", work.name, work.task_id)
-            return _poison_message(work, attempts, self.now())
-        faults.hit("activity.start")
-        self.stats["activity_runs"] += 1
-        message = await activities.run(
-            self.index,
-            work,
-            client_json=self.client_json,
-            app_dir=str(self.config.app_dir),
-            timeout=self.config.function_timeout,
-            now=self.now,
-        )
-        faults.hit("activity.before_complete")
-        return message
-
-    async def _release(self, work: ActivityWork) -> None:
-        """A run abandoned at stop did not crash: it must not count towards poison."""
-        release = getattr(self.store, "release_activity", None)
-        if release is not None:
-            try:
-                await release(work.work_id)
-            except Exception:  # noqa: BLE001 - best effort while stopping
-                log.warning("could not release activity %s at stop", work.name, exc_info=True)
-
-
-def _poison_message(work: ActivityWork, attempts: int, now: str) -> dict[str, Any]:
-    reason = (
-        f"Activity function '{work.name}' failed: quarantined as poison after {attempts - 1}"
-        " interrupted runs (the host died while it ran each time)"
-    )
-    event = h.task_failed(work.task_id, now, reason, None)
-    return {"kind": "event", "event": event, "execution_id": work.execution_id}
+                self.activities.spawn(work)

@@ -20,7 +20,7 @@ from typing import Any
 
 from durable_host import history as h
 from durable_host import wire
-from durable_host.records import EntityCommit
+from durable_host.records import EntityCommit, MessageKind
 
 EntityHandle = Callable[[str], str]
 
@@ -35,7 +35,7 @@ def run_batch(
     poison: str | None = None,
 ) -> EntityCommit:
     name, key = wire.split_entity_id(instance_id)
-    requests = [m["request"] for _, m in messages if m.get("kind") == "op"]
+    requests = [m["request"] for _, m in messages if m.get("kind") == MessageKind.OP]
     ops = [
         wire.EntityOperation(
             request_id=r["id"],
@@ -94,4 +94,4 @@ def _execute(
 
 def _response(op: wire.EntityOperation, result: dict[str, Any], now: str) -> dict[str, Any]:
     event = h.event_raised(now, op.request_id, wire.entity_response(result))
-    return {"kind": "event", "event": event, "execution_id": op.parent_execution}
+    return {"kind": MessageKind.EVENT, "event": event, "execution_id": op.parent_execution}

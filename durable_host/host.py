@@ -4,6 +4,8 @@
 environment), imports the app once, opens the store (default: SQLite at
 ``<app>/.durable/<hub>.db``), starts serving HTTP and only then starts the engine, so
 ``/admin/host/status`` answers ``Running`` once work and requests are both served.
+``STARTUP_ERRORS`` are the failures of ``start`` that mean "this host cannot run as
+configured" (the command line reports them in one line instead of a traceback).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from durable_host import loader
 from durable_host.client import DurableClient
 from durable_host.engine import Engine
 from durable_host.http import server
-from durable_host.store.base import Store
+from durable_host.store.base import Store, StoreLockedError
 from durable_host.store.sqlite import SqliteStore
 
 log = logging.getLogger("durable_host")
@@ -30,6 +32,15 @@ log = logging.getLogger("durable_host")
 
 class StoreSpecError(Exception):
     pass
+
+
+STARTUP_ERRORS: tuple[type[Exception], ...] = (
+    loader.AppLoadError,
+    config_mod.ConfigError,
+    StoreLockedError,
+    StoreSpecError,
+    OSError,
+)
 
 
 def open_store(spec: str | None, cfg: config_mod.HostConfig) -> Store:

@@ -36,7 +36,15 @@ from typing import TYPE_CHECKING, Any
 from durable_host import history as h
 from durable_host import replay, rewind, wire
 from durable_host.history import Event, EventType
-from durable_host.records import HOLDING, TERMINAL, Episode, Outgoing
+from durable_host.records import (
+    HOLDING,
+    TERMINAL,
+    Episode,
+    MessageKind,
+    Outgoing,
+    OutgoingKind,
+    RuntimeStatus,
+)
 from durable_host.shim import InstanceView, NonDeterminismError, Node, Shim
 from durable_host.wire import ActionType
 
@@ -47,13 +55,12 @@ __all__ = ["Episode", "InstanceView", "NonDeterminismError", "Outgoing", "run_ep
 
 OrchestratorHandle = Callable[[str], str]
 CUSTOM_STATUS_LIMIT = 16 * 1024  # UTF-16 code units, as the extension counts them
-
-
+_LIVE = (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED)  # an execution is under way
 
 
 def all_held(status: str | None, messages: list[dict[str, Any]]) -> bool:
     """True if an episode would only leave these messages waiting (nothing to decide)."""
-    return status in HOLDING and all(m.get("kind") == "event" for m in messages)
+    return status in HOLDING and all(m.get("kind") == MessageKind.EVENT for m in messages)
 
 
 # --- the episode ------------------------------------------------------------------------
@@ -90,9 +97,9 @@ def run_episode(
         _rewind(handle, episode, state, now)
     if state.suspend_changed:
         episode.status = state.status
-    if poison is not None and state.status in ("Running", "Suspended"):
+    if poison is not None and state.status in _LIVE:
         result = _quarantine(episode, state, poison, now)
-    elif not state.new_events or state.status not in ("Running",):
+    elif not state.new_events or state.status != RuntimeStatus.RUNNING:
         _copy_start(episode, state)
         episode.events = (
             [h.orchestrator_started(now), *state.new_events] if state.new_events else []
@@ -100,7 +107,7 @@ def run_episode(
         result = episode
     else:
         result = _invoke(handle, episode, state, now, compact, session)
-    if session is not None and result.status not in (None, "Running"):
+    if session is not None and result.status not in (None, RuntimeStatus.RUNNING):
         session.reset()  # finished, failed or continued as new: nothing to continue
     if state.rewritten:
         result.rewrite_history = True
@@ -162,33 +169,33 @@ class _MessageState:
     def accept(self, message_id: int, message: dict[str, Any]) -> None:
         """Apply one message: consume it, drop it (also consumed) or hold it in the inbox."""
         kind = message.get("kind")
-        if kind == "event" and self._holds(message):
+        if kind == MessageKind.EVENT and self._holds(message):
             self.held.append((message_id, message))
             return
         self.consumed.append(message_id)
         if self.terminated is not None:
             return
-        if kind == "start":
+        if kind == MessageKind.START:
             self._start(message)
-        elif kind == "rewind":
+        elif kind == MessageKind.REWIND:
             self._rewind_request(message)
-        elif kind == "undecodable":
+        elif kind == MessageKind.UNDECODABLE:
             self.poison = self.poison or (
                 f"poison message quarantined: inbox message {message_id} could not be decoded"
                 f" ({message.get('error')})"
             )
         elif self.status in TERMINAL or self.status is None:
             return  # late messages for a finished (or unknown) instance are dropped
-        elif kind == "terminate":
+        elif kind == MessageKind.TERMINATE:
             self.terminated = message.get("reason") or ""
-        elif kind == "suspend" and self.status == "Running":
-            self.status, self.suspend_changed = "Suspended", True
+        elif kind == MessageKind.SUSPEND and self.status == RuntimeStatus.RUNNING:
+            self.status, self.suspend_changed = RuntimeStatus.SUSPENDED, True
             self.new_events.append(h.execution_suspended(self.now, message.get("reason")))
-        elif kind == "resume" and self.status == "Suspended":
-            self.status, self.suspend_changed = "Running", True
+        elif kind == MessageKind.RESUME and self.status == RuntimeStatus.SUSPENDED:
+            self.status, self.suspend_changed = RuntimeStatus.RUNNING, True
             self.new_events.append(h.execution_resumed(self.now, message.get("reason")))
             self._release_held()
-        elif kind == "event":
+        elif kind == MessageKind.EVENT:
             self._event(message)
 
     def _holds(self, message: dict[str, Any]) -> bool:
@@ -202,7 +209,7 @@ class _MessageState:
             self._event(message)
 
     def _start(self, message: dict[str, Any]) -> None:
-        if self.status in ("Running", "Suspended"):
+        if self.status in _LIVE:
             return  # refused at the API; a stray duplicate start is dropped
         event = dict(message["event"])
         event["OrchestrationInstance"] = {
@@ -210,7 +217,7 @@ class _MessageState:
             "ExecutionId": self.new_execution_id,
         }
         self.started = event
-        self.status = "Running"
+        self.status = RuntimeStatus.RUNNING
         self.execution_id = self.new_execution_id
         self.history = []
         self.rewind, self.rewritten, self._seen = None, False, None
@@ -219,17 +226,17 @@ class _MessageState:
 
     def _rewind_request(self, message: dict[str, Any]) -> None:
         # The API leaves a rewound instance Pending; its history still ends in the failure.
-        pending_rewind = self.status == "Pending" and _ended_failed(self.history)
-        if self.status == "Failed" or pending_rewind:
+        pending_rewind = self.status == RuntimeStatus.PENDING and _ended_failed(self.history)
+        if self.status == RuntimeStatus.FAILED or pending_rewind:
             # Running from here on, so later messages of this batch are taken; the history
             # itself is rewritten once all messages are in (it needs the orchestrator).
-            self.rewind, self.status = message, "Running"
+            self.rewind, self.status = message, RuntimeStatus.RUNNING
             reason = message.get("reason") or ""
             self.new_events.append(h.generic_event(self.now, f"Rewind: {reason}"))
-        elif message.get("start") is not None and self.status not in ("Running", "Suspended"):
+        elif message.get("start") is not None and self.status not in _LIVE:
             # A parent is rewound and this child did not fail (e.g. it was terminated):
             # the child runs again from its start instead.
-            self._start({"kind": "start", "event": message["start"]})
+            self._start({"kind": MessageKind.START, "event": message["start"]})
 
     def forget_seen(self) -> None:
         """The history was replaced: duplicate checks must look at the new one."""
@@ -249,7 +256,8 @@ class _MessageState:
 
 def _ended_failed(history: list[Event]) -> bool:
     return any(
-        e["EventType"] == EventType.EXECUTION_COMPLETED and e.get("OrchestrationStatus") == "Failed"
+        e["EventType"] == EventType.EXECUTION_COMPLETED
+        and e.get("OrchestrationStatus") == RuntimeStatus.FAILED
         for e in history
     )
 
@@ -274,7 +282,7 @@ def _terminate(episode: Episode, state: _MessageState, now: str) -> Episode:
         h.execution_terminated(now, reason),
         h.orchestrator_completed(now),
     ]
-    episode.status = "Terminated"
+    episode.status = RuntimeStatus.TERMINATED
     episode.output_json = reason
     started = _execution_started(state.history + state.new_events)
     name = started.get("Name", "") if started else ""
@@ -305,10 +313,12 @@ def unreadable_history_episode(name: str, consumed: list[int], reason: str, now:
     output = json.dumps(message)
     events = [
         h.orchestrator_started(now),
-        h.execution_completed(now, "Failed", output),
+        h.execution_completed(now, RuntimeStatus.FAILED, output),
         h.orchestrator_completed(now),
     ]
-    return Episode(consumed=sorted(consumed), events=events, status="Failed", output_json=output)
+    return Episode(
+        consumed=sorted(consumed), events=events, status=RuntimeStatus.FAILED, output_json=output
+    )
 
 
 def missing_orchestrator_message(name: str) -> str:
@@ -335,7 +345,9 @@ def _invoke(
     decided = _decide(handle, state.view.instance_id, events, started, compact, session)
     if decided.raw_failure is not None:
         return _finish_failed(episode, prefix, started, decided.raw_failure, now)
-    view = InstanceView(state.view.instance_id, "Running", state.execution_id, events, name)
+    view = InstanceView(
+        state.view.instance_id, RuntimeStatus.RUNNING, state.execution_id, events, name
+    )
     shim = Shim(view, events, now, state.execution_id or "")
     try:
         resolved = shim.walk(decided.actions)
@@ -349,7 +361,7 @@ def _invoke(
         episode.custom_status_json, episode.custom_status_changed = text, True
     episode.events = [*prefix, *shim.new_events]
     episode.outbox = [*episode.outbox, *shim.outbox]
-    episode.status = "Running"
+    episode.status = RuntimeStatus.RUNNING
     if resolved and decided.error is not None:
         return _finish_failed(episode, episode.events, started, decided.error, now)
     if resolved and decided.is_done:
@@ -390,20 +402,20 @@ def _complete(
         (a for a in decided.actions if a["actionType"] == ActionType.CONTINUE_AS_NEW), None
     )
     if restart is not None:
-        episode.status = "ContinuedAsNew"
-        episode.events.append(h.execution_completed(now, "ContinuedAsNew", None))
+        episode.status = RuntimeStatus.CONTINUED_AS_NEW
+        episode.events.append(h.execution_completed(now, RuntimeStatus.CONTINUED_AS_NEW, None))
         fresh = dict(started, Input=json.dumps(restart.get("input")), Timestamp=now)
         target = shim.view.instance_id
         # Carried events ride inside the start message, so they stay ahead of any event that
         # arrived while this episode ran (those are held in the inbox, and released after).
         carried = shim.unconsumed_events()
-        payload = {"kind": "start", "event": fresh, "carried": carried}
-        episode.outbox.append(Outgoing("message", target, payload))
+        payload = {"kind": MessageKind.START, "event": fresh, "carried": carried}
+        episode.outbox.append(Outgoing(OutgoingKind.MESSAGE, target, payload))
         return
     result = wire.encode_json_text(decided.output) if decided.has_output else None
-    episode.status = "Completed"
+    episode.status = RuntimeStatus.COMPLETED
     episode.output_json = result
-    episode.events.append(h.execution_completed(now, "Completed", result))
+    episode.events.append(h.execution_completed(now, RuntimeStatus.COMPLETED, result))
     _notify_parent(episode, started, failed=False, text=result)
 
 
@@ -412,9 +424,9 @@ def _finish_failed(
 ) -> Episode:
     message = f"Orchestrator function '{started['Name']}' failed: {error}"
     output = json.dumps(message)
-    episode.events = [*prefix, h.execution_completed(now, "Failed", output)]
+    episode.events = [*prefix, h.execution_completed(now, RuntimeStatus.FAILED, output)]
     episode.events.append(h.orchestrator_completed(now))
-    episode.status = "Failed"
+    episode.status = RuntimeStatus.FAILED
     episode.output_json = output
     _notify_parent(episode, started, failed=True, text=message)
     return episode
@@ -433,8 +445,9 @@ def _notify_parent(
         event = h.sub_orchestration_failed(task_id, now, text or "", f"Message: {text}, StackTrace: ")
     else:
         event = h.sub_orchestration_completed(task_id, now, text)
-    payload = {"kind": "event", "event": event, "execution_id": instance.get("ExecutionId")}
-    episode.outbox.append(Outgoing("message", instance["InstanceId"], payload))
+    execution_id = instance.get("ExecutionId")
+    payload = {"kind": MessageKind.EVENT, "event": event, "execution_id": execution_id}
+    episode.outbox.append(Outgoing(OutgoingKind.MESSAGE, instance["InstanceId"], payload))
 
 
 # --- rewind (the plan and the rewrite are in rewind.py) ------------------------------------
@@ -462,7 +475,9 @@ def _replayed_nodes(
     if handle is None or started is None or not history:
         return []
     decided = _decide(handle, view.instance_id, history, started, compact=False)
-    replayed = InstanceView(view.instance_id, "Running", execution_id, history, view.name)
+    replayed = InstanceView(
+        view.instance_id, RuntimeStatus.RUNNING, execution_id, history, view.name
+    )
     shim = Shim(replayed, history, history[-1]["Timestamp"], execution_id)
     with contextlib.suppress(NonDeterminismError):  # changed code: failure events decide
         shim.walk(decided.actions)

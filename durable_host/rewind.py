@@ -20,7 +20,8 @@ from typing import Any
 
 from durable_host import history as h
 from durable_host.history import Event, EventType
-from durable_host.shim import InstanceView, Node, Outgoing, child_start
+from durable_host.records import MessageKind, Outgoing, OutgoingKind
+from durable_host.shim import InstanceView, Node, child_start
 
 _RERUN_SCHEDULING = frozenset(
     {EventType.TASK_SCHEDULED, EventType.SUB_ORCHESTRATION_CREATED, EventType.TIMER_CREATED}
@@ -91,5 +92,5 @@ def _child_rewind(created: Event, view: InstanceView, execution_id: str, reason:
         created["Name"], created["InstanceId"], created.get("Input"), created.get("Version"),
         view, execution_id, created["EventId"], created["Timestamp"],
     )
-    payload = {"kind": "rewind", "reason": reason, "start": start}
-    return Outgoing("message", created["InstanceId"], payload)
+    payload = {"kind": MessageKind.REWIND, "reason": reason, "start": start}
+    return Outgoing(OutgoingKind.MESSAGE, created["InstanceId"], payload)

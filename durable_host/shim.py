@@ -22,7 +22,7 @@ from typing import Any
 
 from durable_host import history as h
 from durable_host.history import Event, EventType
-from durable_host.records import Outgoing
+from durable_host.records import MessageKind, Outgoing, OutgoingKind
 from durable_host.wire import ActionType
 
 _REQUEST_NAMESPACE = uuid.UUID("7b0c3c8e-9a55-4b55-9a39-3b1f0f7c1d11")
@@ -163,7 +163,7 @@ class Shim:
             "name": name,
             "input_json": input_json,
         }
-        self.outbox.append(Outgoing("activity", self.view.instance_id, payload))
+        self.outbox.append(Outgoing(OutgoingKind.ACTIVITY, self.view.instance_id, payload))
 
     def _schedule_http(self, node: Node, event_id: int) -> None:
         request = node.action["httpRequest"]
@@ -181,7 +181,7 @@ class Shim:
             "name": "BuiltIn::HttpActivity",
             "input_json": json.dumps(request),
         }
-        self.outbox.append(Outgoing("activity", self.view.instance_id, payload))
+        self.outbox.append(Outgoing(OutgoingKind.ACTIVITY, self.view.instance_id, payload))
 
     def _schedule_child(self, node: Node, event_id: int) -> None:
         action = node.action
@@ -199,7 +199,8 @@ class Shim:
         start = child_start(
             name, child_id, input_json, version, self.view, self.execution_id, event_id, self.now
         )
-        self.outbox.append(Outgoing("message", child_id, {"kind": "start", "event": start}))
+        message = {"kind": MessageKind.START, "event": start}
+        self.outbox.append(Outgoing(OutgoingKind.MESSAGE, child_id, message))
 
     def _schedule_timer(self, node: Node, event_id: int) -> None:
         fire_at = node.action["fireAt"]
@@ -215,8 +216,10 @@ class Shim:
 
     def _fire_later(self, timer_id: int, fire_at: str) -> None:
         event = h.timer_fired(timer_id, fire_at, fire_at)
-        payload = {"kind": "event", "event": event, "execution_id": self.execution_id}
-        self.outbox.append(Outgoing("message", self.view.instance_id, payload, visible_at=fire_at))
+        payload = {"kind": MessageKind.EVENT, "event": event, "execution_id": self.execution_id}
+        self.outbox.append(
+            Outgoing(OutgoingKind.MESSAGE, self.view.instance_id, payload, visible_at=fire_at)
+        )
 
     def _wait(self, node: Node, name: str) -> None:
         if self.buffered[name]:
@@ -250,7 +253,8 @@ class Shim:
             self.new_events.append(
                 h.event_sent(event_id, self.now, target, operation, json.dumps(request))
             )
-            self.outbox.append(Outgoing("message", target, {"kind": "op", "request": request}))
+            message = {"kind": MessageKind.OP, "request": request}
+            self.outbox.append(Outgoing(OutgoingKind.MESSAGE, target, message))
         if signal:
             node.done = True
         else:

@@ -12,7 +12,6 @@ with 413 before they are read.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import time
 from datetime import UTC, datetime
@@ -23,15 +22,16 @@ from aiohttp import web
 
 from durable_host import history as h
 from durable_host import wire
-from durable_host.client import TERMINAL, ClientError, DurableClient, parse_json_text
-from durable_host.store.base import Query
+from durable_host.client import ClientError, DurableClient, parse_json_text
+from durable_host.records import TERMINAL, Query, RuntimeStatus
 
 WEBHOOK_BASE = "/runtime/webhooks/durabletask"
 RPC_BASE = "/durabletask"
 MAX_BODY = 16 * 1024 * 1024
-RUNTIME_STATUSES = (
-    "Running", "Completed", "ContinuedAsNew", "Failed",
-    "Canceled", "Terminated", "Pending", "Suspended",
+RUNTIME_STATUSES: tuple[str, ...] = (  # in the order the 400 answer lists them
+    RuntimeStatus.RUNNING, RuntimeStatus.COMPLETED, RuntimeStatus.CONTINUED_AS_NEW,
+    RuntimeStatus.FAILED, RuntimeStatus.CANCELED, RuntimeStatus.TERMINATED,
+    RuntimeStatus.PENDING, RuntimeStatus.SUSPENDED,
 )
 
 
@@ -156,7 +156,7 @@ class ManagementApi:
         step = max(0.05, interval)
         while time.monotonic() < deadline:
             status = await self.client.status(instance_id)
-            if status and status["runtimeStatus"] == "Completed":
+            if status and status["runtimeStatus"] == RuntimeStatus.COMPLETED:
                 return json_response(status["output"], 200)
             if status and status["runtimeStatus"] in TERMINAL:
                 return json_response(status, 200)
@@ -173,7 +173,8 @@ class ManagementApi:
         if status is None:
             return web.Response(status=404)
         running = status["runtimeStatus"] not in TERMINAL
-        if status["runtimeStatus"] == "Failed" and _flag(request, "returnInternalServerErrorOnFailure", False):
+        failed = status["runtimeStatus"] == RuntimeStatus.FAILED
+        if failed and _flag(request, "returnInternalServerErrorOnFailure", False):
             return json_response(status, 500)
         if running:
             headers = {"Location": str(request.url), "Retry-After": "5"}
@@ -196,7 +197,7 @@ class ManagementApi:
         if not request.query.get("createdTimeFrom"):
             raise ClientError(400, "Please provide value for 'createdTimeFrom' parameter.", plain=True)
         query = parse_query(request)
-        count = await self.client.store.purge_many(query)
+        count = await self.client.purge_many(query)
         if count == 0:
             return web.Response(status=404)
         return json_response({"instancesDeleted": count})
@@ -258,9 +259,7 @@ class ManagementApi:
         return json_response({"Message": f"{request.method} is not supported here"}, 404)
 
     async def _list_entities(self, request: web.Request, name: str) -> web.Response:
-        query = parse_query(request, entities=True)
-        query = dataclasses.replace(query, prefix=wire.entity_instance_id(name, ""))
-        page = await self.client.store.query(query)
+        page = await self.client.query_entities(name, parse_query(request, entities=True))
         fetch = _flag(request, "fetchState", False)
         rows = []
         for record in page.records:

@@ -32,6 +32,15 @@ implementation):
   the run; it did not crash).
 * ``updated_at`` of an instance changes with every commit that touches it (the engine's
   history cache relies on it to notice changes made elsewhere).
+* ``poll`` waits, then returns the work this process was not told about: instances with
+  visible messages and activity work items written by another process (or left behind).
+  The engine calls it in a loop from start to stop, so it paces itself and never raises.
+  A store only its own process writes (SQLite: one host per file) has no such work: its
+  ``poll`` never returns.
+* ``round_trips`` counts the storage requests sent so far, for ``/admin/host/metrics`` and
+  ``bench/``; None for a store that makes none worth counting (an embedded file).
+
+Every member below is required: the engine calls each of them unconditionally.
 """
 
 from __future__ import annotations
@@ -86,6 +95,9 @@ class CorruptHistoryError(ValueError):
 
 
 class Store(Protocol):
+    @property
+    def round_trips(self) -> int | None: ...
+
     async def open(self) -> None: ...
     async def close(self) -> None: ...
 
@@ -136,3 +148,5 @@ class Store(Protocol):
     async def purge(self, instance_id: str) -> int: ...
 
     async def purge_many(self, query: Query) -> int: ...
+
+    async def poll(self) -> tuple[list[str], list[ActivityWork]]: ...

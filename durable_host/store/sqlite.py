@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-import json
 import os
 import sqlite3
 from collections.abc import Callable
@@ -20,17 +19,18 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from durable_host import faults
-from durable_host.records import Episode
-from durable_host.store.base import (
+from durable_host.records import (
     ActivityWork,
-    CorruptHistoryError,
     EntityCommit,
-    InstanceExistsError,
+    Episode,
     InstanceRecord,
+    OutgoingKind,
     Query,
     QueryPage,
-    StoreLockedError,
+    RuntimeStatus,
 )
+from durable_host.store import codec
+from durable_host.store.base import InstanceExistsError, StoreLockedError
 
 T = TypeVar("T")
 
@@ -106,6 +106,8 @@ def _record(row: tuple[Any, ...]) -> InstanceRecord:
 
 class SqliteStore:
     """Store port on one SQLite file (see module docstring)."""
+
+    round_trips: int | None = None  # no network: nothing to count
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -195,7 +197,7 @@ class SqliteStore:
             )
             db.execute(
                 "INSERT INTO inbox (instance_id, message, visible_at) VALUES (?,?,?)",
-                (record.instance_id, json.dumps(start_message), visible_at),
+                (record.instance_id, codec.encode(start_message), visible_at),
             )
 
         await self._run(lambda db: self._tx(db, body))
@@ -206,7 +208,7 @@ class SqliteStore:
         def body(db: sqlite3.Connection) -> None:
             db.execute(
                 "INSERT INTO inbox (instance_id, message, visible_at) VALUES (?,?,NULL)",
-                (instance_id, json.dumps(message)),
+                (instance_id, codec.encode(message)),
             )
             if status is not None:
                 db.execute(
@@ -230,13 +232,7 @@ class SqliteStore:
             rows = db.execute(
                 "SELECT seq, event FROM history WHERE instance_id=? ORDER BY seq", (instance_id,)
             )
-            events = []
-            for seq, text in rows:
-                try:
-                    events.append(json.loads(text))
-                except ValueError as exc:
-                    raise CorruptHistoryError(instance_id, seq, str(exc)) from exc
-            return events
+            return [codec.decode_event(instance_id, seq, text) for seq, text in rows]
 
         return await self._run(read)
 
@@ -249,7 +245,7 @@ class SqliteStore:
                 " AND (visible_at IS NULL OR visible_at<=?) ORDER BY id LIMIT ?",
                 (instance_id, now, limit),
             )
-            return [(r[0], _decode_message(r[1])) for r in rows]
+            return [(r[0], codec.decode_message(r[1])) for r in rows]
 
         return await self._run(read)
 
@@ -272,7 +268,7 @@ class SqliteStore:
                 start = row[0]
             db.executemany(
                 "INSERT INTO history (instance_id, seq, event) VALUES (?,?,?)",
-                [(instance_id, start + i, json.dumps(e)) for i, e in enumerate(episode.events)],
+                [(instance_id, start + i, codec.encode(e)) for i, e in enumerate(episode.events)],
             )
             _update_instance(db, instance_id, episode, now)
             return _write_outbox(db, episode)
@@ -283,7 +279,7 @@ class SqliteStore:
         def body(db: sqlite3.Connection) -> None:
             _delete_inbox(db, commit.consumed)
             db.execute("DELETE FROM attempts WHERE instance_id=?", (commit.instance_id,))
-            name = commit.instance_id[1:].partition("@")[0]
+            name = codec.entity_name(commit.instance_id)
             db.execute(
                 "INSERT INTO instances (instance_id, name, status, created_at, updated_at,"
                 " entity_state, entity_exists) VALUES (?,?,?,?,?,?,?)"
@@ -291,13 +287,13 @@ class SqliteStore:
                 " entity_state=excluded.entity_state, entity_exists=excluded.entity_exists,"
                 " status=excluded.status",
                 (
-                    commit.instance_id, name, "Running", commit.now, commit.now,
+                    commit.instance_id, name, RuntimeStatus.RUNNING, commit.now, commit.now,
                     commit.state_json, int(commit.exists),
                 ),
             )
             db.executemany(
                 "INSERT INTO inbox (instance_id, message, visible_at) VALUES (?,?,NULL)",
-                [(target, json.dumps(msg)) for target, msg in commit.responses],
+                [(target, codec.encode(msg)) for target, msg in commit.responses],
             )
 
         await self._run(lambda db: self._tx(db, body))
@@ -311,7 +307,7 @@ class SqliteStore:
                 return False  # another run already reported this task
             db.execute(
                 "INSERT INTO inbox (instance_id, message, visible_at) VALUES (?,?,NULL)",
-                (instance_id, json.dumps(message)),
+                (instance_id, codec.encode(message)),
             )
             return True
 
@@ -396,6 +392,12 @@ class SqliteStore:
 
         return await self._run(read)
 
+    async def poll(self) -> tuple[list[str], list[ActivityWork]]:
+        """Never returns: only this process writes the file, and it is told of all its work."""
+        never: asyncio.Future[tuple[list[str], list[ActivityWork]]]
+        never = asyncio.get_running_loop().create_future()
+        return await never
+
     # --- queries and purge ------------------------------------------------------------
 
     async def query(self, query: Query) -> QueryPage:
@@ -427,17 +429,6 @@ class SqliteStore:
         return await self._run(lambda db: self._tx(db, body))
 
 
-def _decode_message(text: str) -> dict[str, Any]:
-    """An inbox row as a message; one that cannot be decoded says so (the engine quarantines)."""
-    try:
-        message = json.loads(text)
-    except ValueError as exc:
-        return {"kind": "undecodable", "error": str(exc), "text": text[:200]}
-    if not isinstance(message, dict) or "kind" not in message:
-        return {"kind": "undecodable", "error": "not a message object", "text": text[:200]}
-    return message
-
-
 def _delete_inbox(db: sqlite3.Connection, ids: list[int]) -> None:
     db.executemany("DELETE FROM inbox WHERE id=?", [(i,) for i in ids])
 
@@ -449,8 +440,7 @@ def _update_instance(db: sqlite3.Connection, instance_id: str, episode: Episode,
             " parent_instance_id=?, output=NULL, custom_status=NULL WHERE instance_id=?",
             (
                 episode.execution_id, episode.name, episode.input_json, episode.version,
-                ((episode.parent or {}).get("OrchestrationInstance") or {}).get("InstanceId"),
-                instance_id,
+                codec.parent_instance_id(episode), instance_id,
             ),
         )
         if db.execute("SELECT 1 FROM instances WHERE instance_id=?", (instance_id,)).fetchone() is None:
@@ -458,17 +448,16 @@ def _update_instance(db: sqlite3.Connection, instance_id: str, episode: Episode,
             db.execute(
                 f"INSERT INTO instances ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
-                    instance_id, episode.name, "Running", episode.execution_id, episode.version,
-                    episode.input_json, None, None, now, now,
-                    ((episode.parent or {}).get("OrchestrationInstance") or {}).get("InstanceId"),
-                    None, 0,
+                    instance_id, episode.name, RuntimeStatus.RUNNING, episode.execution_id,
+                    episode.version, episode.input_json, None, None, now, now,
+                    codec.parent_instance_id(episode), None, 0,
                 ),
             )
     sets, args = ["updated_at=?"], [now]
     if episode.status is not None:
         sets.append("status=?")
         args.append(episode.status)
-    if episode.status in ("Completed", "Failed", "Terminated") or episode.rewrite_history:
+    if codec.writes_output(episode):
         sets.append("output=?")
         args.append(episode.output_json)
     if episode.custom_status_changed:
@@ -480,7 +469,7 @@ def _update_instance(db: sqlite3.Connection, instance_id: str, episode: Episode,
 def _write_outbox(db: sqlite3.Connection, episode: Episode) -> list[ActivityWork]:
     created: list[ActivityWork] = []
     for item in episode.outbox:
-        if item.kind == "activity":
+        if item.kind == OutgoingKind.ACTIVITY:
             p = item.payload
             cursor = db.execute(
                 "INSERT INTO activities (instance_id, execution_id, task_id, name, input,"
@@ -497,7 +486,7 @@ def _write_outbox(db: sqlite3.Connection, episode: Episode) -> list[ActivityWork
         else:
             db.execute(
                 "INSERT INTO inbox (instance_id, message, visible_at) VALUES (?,?,?)",
-                (item.target, json.dumps(item.payload), item.visible_at),
+                (item.target, codec.encode(item.payload), item.visible_at),
             )
     return created
 

@@ -1,0 +1,70 @@
+"""What every store shares: how stored text becomes messages and events, and what an
+episode writes to the instance row. Pure; imports only ``records`` and the port's errors.
+
+* ``decode_message`` never fails: text that is not a message object comes back as
+  ``{"kind": "undecodable", "error": ..., "text": <first 200 chars>}``, so the engine can
+  quarantine it (the ``fetch_messages`` contract in ``base.py``).
+* ``decode_event`` raises ``CorruptHistoryError`` instead (``get_history``).
+* An episode writes the instance's output when it ends the execution with one
+  (``OUTPUT_STATUSES``) or rewrites the history (a rewind clears the output).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from durable_host.records import Episode, MessageKind, RuntimeStatus
+from durable_host.store.base import CorruptHistoryError
+
+OUTPUT_STATUSES: frozenset[str] = frozenset(
+    {RuntimeStatus.COMPLETED, RuntimeStatus.FAILED, RuntimeStatus.TERMINATED}
+)
+UNDECODABLE_TEXT = 200  # characters of an undecodable message kept for the log
+
+
+def encode(value: Any) -> str:
+    """A message, event or id list as the JSON text a store keeps."""
+    return json.dumps(value)
+
+
+def decode_message(text: str) -> dict[str, Any]:
+    """An inbox row as a message; one that cannot be decoded says so (the engine quarantines)."""
+    try:
+        message = json.loads(text)
+    except ValueError as exc:
+        return _undecodable(str(exc), text)
+    if not isinstance(message, dict) or "kind" not in message:
+        return _undecodable("not a message object", text)
+    return message
+
+
+def _undecodable(error: str, text: str) -> dict[str, Any]:
+    return {"kind": MessageKind.UNDECODABLE, "error": error, "text": text[:UNDECODABLE_TEXT]}
+
+
+def decode_event(instance_id: str, position: int | str, text: str) -> dict[str, Any]:
+    """A stored history event; ``CorruptHistoryError`` if it is not JSON."""
+    try:
+        event: dict[str, Any] = json.loads(text)
+    except ValueError as exc:
+        raise CorruptHistoryError(instance_id, position, str(exc)) from exc
+    return event
+
+
+def writes_output(episode: Episode) -> bool:
+    """Whether committing ``episode`` sets the instance's output (to ``output_json``)."""
+    return episode.status in OUTPUT_STATUSES or episode.rewrite_history
+
+
+def parent_instance_id(episode: Episode) -> str | None:
+    """The parent of the execution an episode starts (None for a top-level start)."""
+    parent: str | None = ((episode.parent or {}).get("OrchestrationInstance") or {}).get(
+        "InstanceId"
+    )
+    return parent
+
+
+def entity_name(instance_id: str) -> str:
+    """``@name@key`` -> ``name`` (the row name of an entity instance)."""
+    return instance_id[1:].partition("@")[0]
