@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from durable_host.records import TERMINAL
+
 # The directory that holds the ``durable_host`` package: the child process imports it from here.
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 WEBHOOK = "/runtime/webhooks/durabletask"
@@ -160,7 +162,7 @@ class HostProcess:
     def wait_for_status(
         self,
         instance_id: str,
-        statuses: tuple[str, ...] = ("Completed", "Failed", "Terminated"),
+        statuses: tuple[str, ...] = tuple(TERMINAL),
         timeout: float = 30.0,
     ) -> dict[str, Any]:
         return wait_for(

@@ -28,8 +28,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from durable_host.records import MessageKind
-
 T = TypeVar("T")
 
 HEAD_ROW = "!"
@@ -188,21 +186,6 @@ class Head:
     @property
     def old_generation(self) -> str:
         return str(self.row.get("OldGen", ""))
-
-
-def decode_message(text: str) -> dict[str, Any]:
-    """An inbox row as a message; one that cannot be decoded says so (the engine quarantines)."""
-    try:
-        message = json.loads(text)
-    except ValueError as exc:
-        return {"kind": MessageKind.UNDECODABLE, "error": str(exc), "text": text[:200]}
-    if not isinstance(message, dict) or "kind" not in message:
-        return {
-            "kind": MessageKind.UNDECODABLE,
-            "error": "not a message object",
-            "text": text[:200],
-        }
-    return message
 
 
 def row_size(row: dict[str, Any]) -> int:

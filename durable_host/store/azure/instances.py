@@ -44,7 +44,6 @@ from durable_host.store.azure.codec import (
     INBOX_ROWS,
     Head,
     PostCommit,
-    decode_message,
     inbox_row_key,
     item_id,
     new_generation,
@@ -57,11 +56,7 @@ from durable_host.store.azure.rows import HubRows
 from durable_host.store.azure.tables import HubTables
 from durable_host.store.azure.work import WorkItems
 from durable_host.store.base import InstanceExistsError
-
-# An episode that ends in one of these sets the output, as in the SQLite store.
-OUTPUT_STATUSES = frozenset(
-    {RuntimeStatus.COMPLETED, RuntimeStatus.FAILED, RuntimeStatus.TERMINATED}
-)
+from durable_host.store.codec import decode_message, entity_name, parent_instance_id, writes_output
 
 
 class Instances:
@@ -278,8 +273,14 @@ class Instances:
             remote_rows=remote,
             consumed=list(episode.consumed),
         )
-        await self._commits.apply(commit)
+        # Handed before the commit point: a ``poll`` that ran between the commit and the
+        # hand-over would claim the new work items and run them a second time.
         self._work.hand_over(created, partition)
+        try:
+            await self._commits.apply(commit)
+        except BaseException:
+            self._work.take_back(created)
+            raise
         return created
 
     async def _episode_head(
@@ -296,7 +297,7 @@ class Instances:
             }
         )
         if episode.replace_history:
-            parent = ((episode.parent or {}).get("OrchestrationInstance") or {}).get("InstanceId")
+            parent = parent_instance_id(episode)
             for key, value in (
                 ("ExecutionId", episode.execution_id),
                 ("Name", episode.name),
@@ -312,7 +313,7 @@ class Instances:
         new["UpdatedAt"] = now
         if episode.status is not None:
             new["Status"] = episode.status
-        if episode.status in OUTPUT_STATUSES or episode.rewrite_history:
+        if writes_output(episode):
             await self._tables.put_text(new, "Output", episode.output_json)
         if episode.custom_status_changed:
             await self._tables.put_text(new, "CustomStatus", episode.custom_status_json)
@@ -346,7 +347,7 @@ class Instances:
                 "PartitionKey": partition,
                 "RowKey": HEAD_ROW,
                 "CreatedAt": commit.now,
-                "Name": commit.instance_id[1:].partition("@")[0],
+                "Name": entity_name(commit.instance_id),
             }
         )
         new.update(UpdatedAt=commit.now, Status=RuntimeStatus.RUNNING, EntityExists=commit.exists)

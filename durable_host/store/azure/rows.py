@@ -24,7 +24,7 @@ from durable_host.store.azure.codec import (
 )
 from durable_host.store.azure.errors import StoreConflictError
 from durable_host.store.azure.tables import HubTables
-from durable_host.store.base import CorruptHistoryError
+from durable_host.store.codec import decode_event
 
 _RECORD_TEXTS = ("Input", "Output", "CustomStatus", "EntityState")
 
@@ -121,14 +121,8 @@ class HubRows:
         if len(visible) < head.history_count:
             return None
         texts = await asyncio.gather(*(self._tables.get_text(r, "E") for r in visible))
-        events = []
-        for sequence, text in enumerate(texts):
-            try:
-                events.append(json.loads(text or ""))
-            except ValueError as exc:
-                instance_id = instance_id_of(head.row["PartitionKey"])
-                raise CorruptHistoryError(instance_id, sequence, str(exc)) from exc
-        return events
+        instance_id = instance_id_of(head.row["PartitionKey"])
+        return [decode_event(instance_id, n, text or "") for n, text in enumerate(texts)]
 
     async def current_history(self, partition: str, head: Head) -> list[dict[str, Any]]:
         """The head's visible history, for an episode that rewrites it whole."""

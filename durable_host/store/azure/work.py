@@ -58,6 +58,13 @@ class WorkItems:
             self._partition_of[work.work_id] = partition
             self.handed.add(work.work_id)
 
+    def take_back(self, works: list[ActivityWork]) -> None:
+        """Undo ``hand_over`` for a commit that failed: if its rows exist after all, ``poll``
+        finds them and claims them like any work written elsewhere."""
+        for work in works:
+            self._partition_of.pop(work.work_id, None)
+            self.handed.discard(work.work_id)
+
     def forget(self, partition: str) -> None:
         """Forget the work items of a purged instance."""
         for work_id in [w for w, p in self._partition_of.items() if p == partition]:
