@@ -39,6 +39,12 @@ implementation):
   ``poll`` never returns.
 * ``round_trips`` counts the storage requests sent so far, for ``/admin/host/metrics`` and
   ``bench/``; None for a store that makes none worth counting (an embedded file).
+* Host secrets (the host's keys, ``durable_host/keys.py``) are small named texts kept with
+  the hub, so a restarted or standby host sees the same ones. ``get_secret`` returns the
+  stored text or None; ``swap_secret`` writes ``value`` only if the stored text still equals
+  ``expected`` (None: only if absent) and says whether it did: a compare-and-swap, so two
+  hosts (or a host and the ``keys`` command) never overwrite each other's change. Both work
+  on a store opened read-only, for the ``keys`` command beside a running host.
 
 Every member below is required: the engine calls each of them unconditionally.
 """
@@ -150,3 +156,7 @@ class Store(Protocol):
     async def purge_many(self, query: Query) -> int: ...
 
     async def poll(self) -> tuple[list[str], list[ActivityWork]]: ...
+
+    async def get_secret(self, name: str) -> str | None: ...
+
+    async def swap_secret(self, name: str, expected: str | None, value: str) -> bool: ...

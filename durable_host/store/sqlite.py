@@ -78,6 +78,10 @@ CREATE TABLE IF NOT EXISTS activities (
     input TEXT,
     dequeue_count INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS host_secrets (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
 """
 
 _COLUMNS = (
@@ -109,8 +113,11 @@ class SqliteStore:
 
     round_trips: int | None = None  # no network: nothing to count
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, read_only: bool = False):
+        """``read_only``: for tools beside a running host (the ``keys`` command): no lock is
+        taken, and only the host secrets may be written (SQLite serialises those writes)."""
         self.path = Path(path)
+        self.read_only = read_only
         self._db: sqlite3.Connection | None = None
         self._lock_fd: int | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
@@ -136,6 +143,9 @@ class SqliteStore:
 
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.read_only:
+            await asyncio.get_running_loop().run_in_executor(self._pool, self._connect)
+            return
         fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -146,15 +156,14 @@ class SqliteStore:
                 " store allows one host process per file."
             ) from None
         self._lock_fd = fd
+        await asyncio.get_running_loop().run_in_executor(self._pool, self._connect)
 
-        def connect() -> None:
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
-            db.executescript(_SCHEMA)
-            self._db = db
-
-        await asyncio.get_running_loop().run_in_executor(self._pool, connect)
+    def _connect(self) -> None:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.executescript(_SCHEMA)
+        self._db = db
 
     async def close(self) -> None:
         def shut() -> None:
@@ -427,6 +436,36 @@ class SqliteStore:
             return _purge_ids(db, ids)
 
         return await self._run(lambda db: self._tx(db, body))
+
+    # --- host secrets ---------------------------------------------------------------------
+
+    async def get_secret(self, name: str) -> str | None:
+        def body(db: sqlite3.Connection) -> str | None:
+            row = db.execute("SELECT value FROM host_secrets WHERE name=?", (name,)).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._run(body)
+
+    async def swap_secret(self, name: str, expected: str | None, value: str) -> bool:
+        # Its own transaction, not ``_tx``: a key change is no episode, so it must not count
+        # towards the ``store.before_commit`` fault point that crash tests aim at.
+        def swap(db: sqlite3.Connection) -> bool:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                row = db.execute("SELECT value FROM host_secrets WHERE name=?", (name,)).fetchone()
+                if (None if row is None else row[0]) != expected:
+                    db.execute("ROLLBACK")
+                    return False
+                db.execute(
+                    "INSERT OR REPLACE INTO host_secrets (name, value) VALUES (?,?)", (name, value)
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            return True
+
+        return await self._run(swap)
 
 
 def _delete_inbox(db: sqlite3.Connection, ids: list[int]) -> None:

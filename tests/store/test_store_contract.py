@@ -639,3 +639,59 @@ def test_a_rewrite_replaces_the_history_of_the_same_execution(run_store) -> None
         )
 
     run_store(body)
+
+
+# --- host secrets ------------------------------------------------------------------------------
+
+
+def test_a_secret_is_written_only_over_the_value_the_writer_read(run_store) -> None:
+    async def body(store: Any) -> None:
+        assert await store.get_secret("keys") is None
+
+        assert await store.swap_secret("keys", None, "one") is True
+        assert await store.swap_secret("keys", None, "two") is False
+        assert await store.swap_secret("keys", "stale", "two") is False
+        assert await store.get_secret("keys") == "one"
+        assert await store.swap_secret("keys", "one", "two") is True
+
+        assert await store.get_secret("keys") == "two"
+        assert await store.get_secret("other") is None
+
+    run_store(body)
+
+
+def test_a_store_opened_read_only_beside_the_owner_shares_its_secrets(
+    kind: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    import uuid
+
+    from tests.store.conftest import open_kind
+
+    hub = "S" + uuid.uuid4().hex[:12]
+
+    def read_only() -> Any:
+        if kind == "sqlite":
+            from durable_host.store.sqlite import SqliteStore
+
+            return SqliteStore(tmp_path / f"{hub}.db", read_only=True)
+        from durable_host.store.azure import AzureStore
+
+        return AzureStore(request.getfixturevalue("azurite_connection"), hub, read_only=True)
+
+    async def main() -> None:
+        tool = read_only()
+        await tool.open()  # before any owner: a fresh hub
+        try:
+            assert await tool.swap_secret("keys", None, "from the tool") is True
+            owner = open_kind(kind, tmp_path, request, hub)
+            await owner.open()
+            try:
+                assert await owner.get_secret("keys") == "from the tool"
+                assert await owner.swap_secret("keys", "from the tool", "rotated") is True
+                assert await tool.get_secret("keys") == "rotated"
+            finally:
+                await owner.close()
+        finally:
+            await tool.close()
+
+    asyncio.run(main())

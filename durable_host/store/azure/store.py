@@ -46,6 +46,7 @@ from durable_host.store.azure.instances import Instances
 from durable_host.store.azure.lease import HubLease, process_identity
 from durable_host.store.azure.queries import HubScans
 from durable_host.store.azure.rows import HubRows
+from durable_host.store.azure.secrets import HubSecrets
 from durable_host.store.azure.tables import HubTables
 from durable_host.store.azure.work import WorkItems
 
@@ -93,6 +94,7 @@ class AzureStore:
         self.work = WorkItems(self.tables, rows, self.commits)
         self.instances = Instances(self.tables, rows, self.commits, self.work, self.attempts)
         self.scans = HubScans(self.tables, rows, self.commits, self.work, self.attempts)
+        self.secrets = HubSecrets(self.tables)
 
     @property
     def round_trips(self) -> int:
@@ -235,3 +237,14 @@ class AzureStore:
     @translate_azure_errors
     async def purge_many(self, query: Query) -> int:
         return await self.scans.purge_many(query)
+
+    # --- host secrets -------------------------------------------------------------------
+
+    @translate_azure_errors
+    async def get_secret(self, name: str) -> str | None:
+        return await self.secrets.get(name)
+
+    @translate_azure_errors
+    async def swap_secret(self, name: str, expected: str | None, value: str) -> bool:
+        """Compare-and-swap, unfenced: also works on a hub opened read-only (``secrets``)."""
+        return await self.secrets.swap(name, expected, value)
