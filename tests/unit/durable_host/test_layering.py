@@ -7,6 +7,8 @@
 * The stores (``durable_host/store/**``) import no core: of the host only the neutral
   ``records``, ``faults``, ``history`` (timestamps), ``azurite``, ``logs`` and each other.
 * ``records`` imports nothing of the host.
+* ``keys`` (the host's keys) reaches neither HTTP nor a store implementation: it sees the
+  store only as the two secret methods of the port, so HTTP and the CLI share it.
 * ``kernel`` does no IO.
 """
 
@@ -203,3 +205,12 @@ def test_the_kernel_does_no_io() -> None:
     ]
 
     assert violations == []
+
+
+def test_the_keys_reach_no_http_and_no_store() -> None:
+    modules = _host_modules()
+
+    closure = _closure(f"{HOST}.keys", modules)
+
+    assert closure == {f"{HOST}.keys"}
+    assert [i for i in _imports(modules[f"{HOST}.keys"]) if _reaches(i, ("aiohttp", "azure", "sqlite3"))] == []
