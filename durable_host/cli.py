@@ -1,21 +1,31 @@
-"""Command line: ``python -m durable_host start [--app-dir DIR] [--host H] [--port P] [--store S]``.
+"""Command line: ``python -m durable_host start [--app-dir DIR] [--host H] [--port P] [--store S]
+[--auth keys|off] [--public-url URL]`` and ``python -m durable_host keys [--app-dir DIR]
+[--store S] [--json]``.
 
 Prints one line ``durable host listening on http://H:P`` once it serves requests (tests
 read the port from it when ``--port 0``), and stops cleanly on SIGTERM or SIGINT:
 it stops taking work, gives running activities a grace period, and exits 0. Logs go to
 stderr, one record per line, each naming its instance (``--log-format text|json``).
+
+``keys`` prints the host's keys (``durable_host/keys.py``) - creating them if the hub has
+none yet, so a host started later uses the same ones. It opens the store read-only, so it
+works beside a running host. It prints secrets to stdout on purpose; nothing is logged.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import signal
 import sys
 from pathlib import Path
 
+from durable_host import config as config_mod
+from durable_host import keys as keys_mod
 from durable_host import logs
-from durable_host.host import STARTUP_ERRORS, Host
+from durable_host.host import STARTUP_ERRORS, Host, open_store
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -29,11 +39,29 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     start.add_argument("--grace", default=10.0, type=float, help="seconds for running activities at shutdown")
     start.add_argument("--log-level", default="INFO")
     start.add_argument("--log-format", default="text", choices=("text", "json"))
+    start.add_argument(
+        "--auth",
+        default=None,
+        choices=("keys", "off"),
+        help="require keys (default: keys unless the host binds only loopback)",
+    )
+    start.add_argument(
+        "--public-url",
+        default=None,
+        help="the address clients reach the host at, for links (default: DURABLE_HOST_PUBLIC_URL,"
+        " else the bound address)",
+    )
+    keys = sub.add_parser("keys", help="show the host's keys (creating them once)")
+    keys.add_argument("--app-dir", default=".", type=Path)
+    keys.add_argument("--store", default=None, help="as for start")
+    keys.add_argument("--json", action="store_true", help="print one JSON object")
     return parser.parse_args(argv)
 
 
 async def serve(args: argparse.Namespace) -> int:
-    host = Host(args.app_dir, args.host, args.port, args.store, args.grace)
+    host = Host(
+        args.app_dir, args.host, args.port, args.store, args.grace, args.auth, args.public_url
+    )
     try:
         await host.start()
     except STARTUP_ERRORS as exc:
@@ -49,7 +77,52 @@ async def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+async def show_keys(args: argparse.Namespace) -> int:
+    try:
+        app_dir = Path(args.app_dir).resolve()
+        config_mod.apply_local_settings(app_dir)
+        store = open_store(args.store, config_mod.load(app_dir), read_only=True)
+        keys = keys_mod.Keys(store, os.environ)
+        await store.open()
+        try:
+            found = keys_mod.describe(await keys.load(), keys.fixed)
+        finally:
+            await store.close()
+    except STARTUP_ERRORS as exc:
+        print(f"durable host: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return 0
+    for line in _key_lines(found):
+        print(line)
+    return 0
+
+
+def _key_lines(found: dict[str, object]) -> list[str]:
+    def row(key: dict[str, str], label: str) -> str:
+        setting = f"   (from {key['setting']})" if key.get("setting") else ""
+        return f"  {label:<40} {key['value']}{setting}"
+
+    master = found["master"]
+    assert isinstance(master, dict)
+    lines = ["master key (valid everywhere, the only key of /admin):", row(master, master["name"])]
+    lines.append("host function keys (every function of level function):")
+    lines += [row(k, k["name"]) for k in found["host"]]  # type: ignore[attr-defined]
+    lines.append("system keys (durabletask_extension: the management API):")
+    lines += [row(k, k["name"]) for k in found["system"]]  # type: ignore[attr-defined]
+    functions = found["functions"]
+    assert isinstance(functions, dict)
+    if functions:
+        lines.append("function keys:")
+        lines += [row(k, f"{f}/{k['name']}") for f, ks in functions.items() for k in ks]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "keys":
+        logs.configure("WARNING", "text")
+        return asyncio.run(show_keys(args))
     logs.configure(args.log_level, args.log_format)
     return asyncio.run(serve(args))

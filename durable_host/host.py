@@ -6,6 +6,11 @@ environment), imports the app once, opens the store (default: SQLite at
 ``/admin/host/status`` answers ``Running`` once work and requests are both served.
 ``STARTUP_ERRORS`` are the failures of ``start`` that mean "this host cannot run as
 configured" (the command line reports them in one line instead of a traceback).
+
+Auth (``http/auth.py``, ``keys.py``): ``auth`` None means keys whenever the host binds
+beyond loopback and off on loopback; the start-up log says which and why. Links name
+``public_url`` (``--public-url`` / ``DURABLE_HOST_PUBLIC_URL``) or the bound address;
+``rpcBaseUrl`` names the bound address on loopback when the host binds every interface.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from durable_host import config as config_mod
 from durable_host import loader
 from durable_host.client import DurableClient
 from durable_host.engine import Engine
-from durable_host.http import server
+from durable_host.http import auth, server
+from durable_host.http.key_routes import KeyRoutes
+from durable_host.keys import KeyConfigError, Keys
 from durable_host.store.base import Store, StoreLockedError
 from durable_host.store.sqlite import SqliteStore
 
@@ -39,21 +46,23 @@ STARTUP_ERRORS: tuple[type[Exception], ...] = (
     config_mod.ConfigError,
     StoreLockedError,
     StoreSpecError,
+    KeyConfigError,
     OSError,
 )
 
 
-def open_store(spec: str | None, cfg: config_mod.HostConfig) -> Store:
+def open_store(spec: str | None, cfg: config_mod.HostConfig, read_only: bool = False) -> Store:
+    """``read_only``: for tools beside a running host (no lock or lease; secrets only)."""
     if spec is None or spec == "sqlite":
-        return SqliteStore(cfg.app_dir / ".durable" / f"{cfg.hub_name}.db")
+        return SqliteStore(cfg.app_dir / ".durable" / f"{cfg.hub_name}.db", read_only)
     if spec.startswith("sqlite:"):
-        return SqliteStore(Path(spec.removeprefix("sqlite:")))
+        return SqliteStore(Path(spec.removeprefix("sqlite:")), read_only)
     if spec == "azure":
-        return _azure_store(cfg)
+        return _azure_store(cfg, read_only)
     raise StoreSpecError(f"unknown store {spec!r}: use sqlite, sqlite:PATH or azure")
 
 
-def _azure_store(cfg: config_mod.HostConfig) -> Store:
+def _azure_store(cfg: config_mod.HostConfig, read_only: bool = False) -> Store:
     """Azure Storage from ``AzureWebJobsStorage`` (as Functions reads it); the hub name from
     host.json unless ``DURABLE_HOST_HUB`` overrides it (tests use one hub per test)."""
     from durable_host.store.azure import AzureStore  # the SQLite store needs no Azure SDK
@@ -70,7 +79,11 @@ def _azure_store(cfg: config_mod.HostConfig) -> Store:
             f"hub name {hub!r} must be 3-50 letters or digits, starting with a letter"
         )
     return AzureStore(
-        connection, hub, azurite_location=cfg.app_dir / ".durable" / "azurite", on_lost=_step_back
+        connection,
+        hub,
+        azurite_location=cfg.app_dir / ".durable" / "azurite",
+        on_lost=_step_back,
+        read_only=read_only,
     )
 
 
@@ -87,14 +100,27 @@ class Host:
     port: int = 7071
     store_spec: str | None = None
     grace: float = 10.0
+    auth: str | None = None  # "keys" | "off" | None (decided by the bound address)
+    public_url: str | None = None
 
     async def start(self) -> None:
         self.app_dir = Path(self.app_dir).resolve()
         config_mod.apply_local_settings(self.app_dir)
         self.config = config_mod.load(self.app_dir)
+        try:
+            self.public_url = auth.parse_public_url(
+                self.public_url or os.environ.get("DURABLE_HOST_PUBLIC_URL")
+            )
+        except ValueError as exc:
+            raise config_mod.ConfigError(str(exc)) from exc
+        auth_on, auth_reason = auth.decide(self.auth, self.host)
         index = loader.load_app(self.app_dir)
         self.store = open_store(self.store_spec, self.config)
         await self.store.open()
+        keys = Keys(self.store, os.environ) if auth_on else None
+        if keys is not None:
+            await keys.load()
+        self.gate = auth.Gate(keys, auth_on)
         self.engine = Engine(index, self.store, self.config)
         self.client = DurableClient(self.engine)
         self._running = False
@@ -103,8 +129,11 @@ class Host:
             hub=self.config.hub_name,
             route_prefix=self.config.route_prefix,
             app_dir=str(self.app_dir),
-            public_base=lambda: self.base_url,
+            public_base=lambda: self.link_base,
             is_running=lambda: self._running,
+            local_base=lambda: self.local_base,
+            gate=self.gate,
+            key_routes=KeyRoutes(keys, [f.name for f in index.http]) if keys else None,
         )
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -112,13 +141,26 @@ class Host:
         await site.start()
         sockets = site._server.sockets if site._server else []  # noqa: SLF001 - the bound port
         self.port = sockets[0].getsockname()[1] if sockets else self.port
-        self.base_url = f"http://{self.host}:{self.port}"
+        self.base_url = f"http://{auth.authority(self.host)}:{self.port}"
+        self.local_base = f"http://{auth.authority(auth.local_address(self.host))}:{self.port}"
+        self.link_base = self.public_url or self.base_url
         self.engine.client_json = lambda: server.client_binding_json(
-            self.base_url, self.base_url, self.config.hub_name
+            self.link_base,
+            self.local_base,
+            self.config.hub_name,
+            self.gate.link_code(),
+            self.gate.rpc_segment,
         )
         await self.engine.start()
         self._running = True
         log.info("durable host serving %s on %s (hub %s)", self.app_dir, self.base_url, self.config.hub_name)
+        log.log(logging.INFO if auth_on or auth.is_loopback(self.host) else logging.WARNING, "%s", auth_reason)
+        if self.public_url is None and auth.is_wildcard(self.host):
+            log.warning(
+                "check-status links name %s; set --public-url (or DURABLE_HOST_PUBLIC_URL)"
+                " to the address clients reach this host at",
+                self.base_url,
+            )
 
     async def stop(self) -> None:
         self._running = False

@@ -50,6 +50,7 @@ class HostProcess:
     base_url: str = ""
     log_path: Path | None = None
     cwd: Path | None = None  # working directory (and import root) of the host process
+    args: list[str] = field(default_factory=list)  # more ``start`` options (``--auth keys``)
 
     def __post_init__(self) -> None:
         # Each host object on Azure gets a task hub of its own (restarts keep it), so hosts of
@@ -85,6 +86,7 @@ class HostProcess:
                 self.store,
                 "--grace",
                 "2",
+                *self.args,
             ],
             stdout=subprocess.PIPE,
             stderr=stderr,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import azure.functions as func
@@ -74,11 +74,25 @@ def build_routes(functions: list[FunctionInfo]) -> list[Route]:
     return routes
 
 
+Authorize = Callable[[web.Request, FunctionInfo], Awaitable[web.StreamResponse | None]]
+
+
 class FunctionRoutes:
-    def __init__(self, functions: list[FunctionInfo], client_json: Callable[[web.Request], str], app_dir: str):
+    def __init__(
+        self,
+        functions: list[FunctionInfo],
+        client_json: Callable[[web.Request], str],
+        app_dir: str,
+        authorize: Authorize | None = None,
+        public_base: Callable[[], str] | None = None,
+    ):
+        """``authorize`` refuses a request for a matched function (its auth level);
+        ``public_base`` is the origin of the URL functions see (never the ``Host`` header)."""
         self.routes = build_routes(functions)
         self.client_json = client_json
         self.app_dir = app_dir
+        self.authorize = authorize
+        self.public_base = public_base
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
         allowed = False
@@ -91,6 +105,10 @@ class FunctionRoutes:
             allowed = True
             if route.methods is not None and request.method not in route.methods:
                 continue
+            if self.authorize is not None:
+                denied = await self.authorize(request, route.info)
+                if denied is not None:
+                    return denied
             params = {k: v for k, v in match.groupdict().items() if v is not None}
             return await self._invoke(route.info, request, params)
         status = 405 if allowed else 404
@@ -100,7 +118,7 @@ class FunctionRoutes:
         body = await request.read()
         req = func.HttpRequest(
             method=request.method,
-            url=str(request.url),
+            url=self.public_base() + str(request.rel_url) if self.public_base else str(request.url),
             headers=dict(request.headers),
             params=dict(request.query),
             route_params=params,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -47,12 +48,13 @@ def error_response(error: ClientError) -> web.Response:
     return json_response(error.body(), error.status)
 
 
-def origin(request: web.Request) -> str:
-    return f"{request.scheme}://{request.host}"
-
-
-def management_urls(base: str, hub: str, instance_id: str) -> dict[str, str]:
-    q = f"taskHub={hub}&connection=Storage"
+def management_urls(
+    base: str, hub: str, instance_id: str, code: str | None = None
+) -> dict[str, str]:
+    """The check-status links. ``base`` is the host's configured public address, never the
+    request's ``Host`` header (a client could name any origin there); ``code`` is the
+    Durable system key when auth is on, as the extension adds it."""
+    q = f"taskHub={hub}&connection=Storage" + (f"&code={quote(code, safe='')}" if code else "")
     i = quote(instance_id, safe="")
     root = f"{base}{WEBHOOK_BASE}/instances/{i}"
     return {
@@ -94,9 +96,17 @@ async def read_body(request: web.Request, what: str) -> bytes:
 
 
 class ManagementApi:
-    def __init__(self, client: DurableClient, hub: str):
+    def __init__(
+        self,
+        client: DurableClient,
+        hub: str,
+        public_base: Callable[[], str],
+        link_code: Callable[[], str | None] = lambda: None,
+    ):
         self.client = client
         self.hub = hub
+        self.public_base = public_base
+        self.link_code = link_code
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
         parts = [p for p in path.split("/") if p != ""]
@@ -144,7 +154,7 @@ class ManagementApi:
         return await self._wait(request, instance_id, *waiting)
 
     def check_status_response(self, request: web.Request, instance_id: str) -> web.Response:
-        urls = management_urls(origin(request), self.hub, instance_id)
+        urls = management_urls(self.public_base(), self.hub, instance_id, self.link_code())
         payload = {"id": instance_id, **{k: v for k, v in urls.items() if k != "id"}}
         headers = {"Location": urls["statusQueryGetUri"], "Retry-After": "10"}
         return json_response(payload, 202, headers)
@@ -177,7 +187,7 @@ class ManagementApi:
         if failed and _flag(request, "returnInternalServerErrorOnFailure", False):
             return json_response(status, 500)
         if running:
-            headers = {"Location": str(request.url), "Retry-After": "5"}
+            headers = {"Location": self.public_base() + str(request.rel_url), "Retry-After": "5"}
             return json_response(status, 202, headers)
         return json_response(status, 200)
 

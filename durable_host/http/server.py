@@ -3,6 +3,7 @@
 One aiohttp application on one port serves ``/admin/host/status``, the management
 webhooks, the SDK's RPC base (``rpcBaseUrl`` points back at this same port) and the
 app's HTTP triggers. It also builds the durable client binding JSON the SDK expects.
+Who may call which route is ``auth.Gate``'s decision (``docs/security.md``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from durable_host.client import DurableClient
+from durable_host.http.auth import Gate, loggable
 from durable_host.http.functions import FunctionRoutes
+from durable_host.http.key_routes import KeyRoutes
 from durable_host.http.management import RPC_BASE, WEBHOOK_BASE, ManagementApi, management_urls
 
 
@@ -35,27 +38,34 @@ async def _errors_as_json(
     except web.HTTPException:
         raise
     except Exception:
-        log.exception("request %s %s failed", request.method, request.path)
+        log.exception("request %s %s failed", request.method, loggable(request.path))
         body = {"Message": "Something went wrong while processing your request"}
         return web.json_response(body, status=500)
 
 
-def client_binding_json(base: str, rpc_base: str, hub: str) -> str:
-    """The ``durableClient`` binding value (protocol §6.1) with this host's URLs."""
-    urls = management_urls(base, hub, "INSTANCEID")
+def client_binding_json(
+    base: str, rpc_base: str, hub: str, code: str | None = None, rpc_segment: str | None = None
+) -> str:
+    """The ``durableClient`` binding value (protocol §6.1) with this host's URLs: links on
+    the public ``base`` with ``code=`` (the system key) when auth is on, as the extension
+    builds them; ``rpcBaseUrl`` on the local ``rpc_base``, its path carrying the RPC secret
+    when auth is on (the SDK appends to it, so it cannot carry a query)."""
+    urls = management_urls(base, hub, "INSTANCEID", code)
     root = f"{base}{WEBHOOK_BASE}"
+    q = f"code={code}" if code else ""
+    rpc = f"{rpc_base}{RPC_BASE}/" + (f"{rpc_segment}/" if rpc_segment else "")
     return json.dumps(
         {
             "taskHubName": hub,
             "connectionName": "Storage",
             "creationUrls": {
-                "createNewInstancePostUri": f"{root}/orchestrators/{{functionName}}[/{{instanceId}}]",
-                "createAndWaitOnNewInstancePostUri": f"{root}/orchestrators/{{functionName}}[/{{instanceId}}]?timeout={{timeoutInSeconds}}&pollingInterval={{intervalInSeconds}}",
+                "createNewInstancePostUri": f"{root}/orchestrators/{{functionName}}[/{{instanceId}}]" + (f"?{q}" if q else ""),
+                "createAndWaitOnNewInstancePostUri": f"{root}/orchestrators/{{functionName}}[/{{instanceId}}]?timeout={{timeoutInSeconds}}&pollingInterval={{intervalInSeconds}}" + (f"&{q}" if q else ""),
             },
             "managementUrls": urls,
             "baseUrl": root,
-            "requiredQueryStringParameters": "",
-            "rpcBaseUrl": f"{rpc_base}{RPC_BASE}/",
+            "requiredQueryStringParameters": q,
+            "rpcBaseUrl": rpc,
         }
     )
 
@@ -68,23 +78,34 @@ def build_app(
     app_dir: str,
     public_base: Callable[[], str],
     is_running: Callable[[], bool],
+    local_base: Callable[[], str] | None = None,
+    gate: Gate | None = None,
+    key_routes: KeyRoutes | None = None,
 ) -> web.Application:
-    management = ManagementApi(client, hub)
+    """``public_base``: the origin of every link; ``local_base``: that of ``rpcBaseUrl``."""
+    gate = gate or Gate(None, enabled=False)
+    management = ManagementApi(client, hub, public_base, gate.link_code)
 
-    def binding_for(request: web.Request | None) -> str:
-        base = f"{request.scheme}://{request.host}" if request is not None else public_base()
-        return client_binding_json(base, public_base(), hub)
+    def binding_for(_request: web.Request | None) -> str:
+        rpc_base = (local_base or public_base)()
+        return client_binding_json(public_base(), rpc_base, hub, gate.link_code(), gate.rpc_segment)
 
-    functions = FunctionRoutes(client.engine.index.http, binding_for, app_dir)
+    functions = FunctionRoutes(
+        client.engine.index.http, binding_for, app_dir, gate.admit_function, public_base
+    )
     prefix = f"/{route_prefix}/" if route_prefix else "/"
 
     async def dispatch(request: web.Request) -> web.StreamResponse:
-        path = request.path
+        denied, path = await gate.admit(request)
+        if denied is not None:
+            return denied
         if path == "/admin/host/status":
             state = "Running" if is_running() else "Stopping"
             return web.json_response({"state": state})
         if path == "/admin/host/metrics":
             return web.json_response(client.engine.metrics())
+        if key_routes is not None and key_routes.owns(path):
+            return await key_routes.handle(request)
         for base in (WEBHOOK_BASE, RPC_BASE):
             if path == base or path.startswith(base + "/"):
                 return await management.handle(request, path[len(base):])
