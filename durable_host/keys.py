@@ -206,7 +206,13 @@ class Keys:
                     # Another host (or a lost answer to our own write) got there first.
                     text = await self.store.get_secret(SECRET_NAME)
                 text = text or fresh
-            self._stored = KeySet.from_json(text)
+            try:
+                self._stored = KeySet.from_json(text)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                # Not fixed by regenerating: that would silently revoke every key in use.
+                raise KeyConfigError(
+                    f"the stored host keys ({SECRET_NAME!r}) cannot be read: {exc!r}"
+                ) from exc
             self._read_at = self.clock()
             return self._effective(self._stored)
 

@@ -103,3 +103,12 @@ def test_where_the_host_listens_decides_the_default() -> None:
     for bad in ("ftp://x", "https://x?a=1", "x.example"):
         with pytest.raises(ValueError):
             auth.parse_public_url(bad)
+
+
+def test_unreadable_stored_keys_stop_the_host_instead_of_being_replaced() -> None:
+    store = MemorySecrets()
+    store.values[k.SECRET_NAME] = "{not json"
+
+    with pytest.raises(k.KeyConfigError):
+        run(k.Keys(store, {}).load())
+    assert store.values[k.SECRET_NAME] == "{not json"
