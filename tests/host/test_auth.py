@@ -298,10 +298,10 @@ def test_bad_keys_are_refused_with_401_json(secured, keys, how: str) -> None:
 # --- keys: settings, restart, the command, the log ------------------------------------------------
 
 
+@pytest.mark.parametrize("kind", store_specs())
 def test_keys_survive_a_restart_settings_fix_keys_and_no_key_reaches_the_log(
-    tmp_path: Path, request: pytest.FixtureRequest
+    tmp_path: Path, kind: str
 ) -> None:
-    kind = store_specs()[0]
     host = HostProcess(
         APP,
         store_spec_for(kind, tmp_path),
