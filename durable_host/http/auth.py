@@ -28,7 +28,7 @@ import ipaddress
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -156,9 +156,6 @@ class Gate:
         need = "the master key" if level == "admin" else "a function key or the master key"
         message = f"The function '{info.name}' has auth level {level}: it needs {need}."
         return self._refuse(request, f"function {info.name}", key, message)
-
-
-FunctionCheck = Callable[[web.Request, FunctionInfo], Awaitable[web.Response | None]]
 
 
 # --- where the host listens, and what that means for auth (pure) -----------------------

@@ -343,6 +343,7 @@ def test_keys_survive_a_restart_settings_fix_keys_and_no_key_reaches_the_log(
     log = host.log_path.read_text() if host.log_path else ""
     assert "auth: keys required (--auth keys)" in log
     assert "refused" in log and "without a valid key" in log
+    assert log.count("without a valid key") <= 2  # at most one line a minute per process
     for secret in (SETTING_MASTER, fkey, new_fkey, system_key(first), "z" * 40):
         assert secret not in log
 
@@ -382,3 +383,19 @@ def test_auth_defaults_to_keys_beyond_loopback_and_to_off_on_loopback(tmp_path: 
         local.kill()
     local_log = local.log_path.read_text() if local.log_path else ""
     assert "auth is off: the host listens only on loopback (127.0.0.1)" in local_log
+
+
+def test_an_unusable_key_setting_stops_the_host_with_one_line_that_does_not_echo_it(
+    tmp_path: Path,
+) -> None:
+    weak = "weak\x01key"
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT), "DURABLE_HOST_FUNCTION_KEY": weak}
+    done = subprocess.run(
+        [sys.executable, "-m", "durable_host", "start", "--app-dir", str(APP), "--port", "0",
+         "--store", store_spec_for("sqlite", tmp_path), "--auth", "keys"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )
+
+    assert done.returncode == 2
+    assert "DURABLE_HOST_FUNCTION_KEY must be 32-256 characters" in done.stderr
+    assert weak not in done.stderr + done.stdout and "Traceback" not in done.stderr
