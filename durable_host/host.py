@@ -135,15 +135,14 @@ class Host:
             gate=self.gate,
             key_routes=KeyRoutes(keys, [f.name for f in index.http]) if keys else None,
         )
+        self._set_bases()  # a request can arrive before the bound port is known
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         sockets = site._server.sockets if site._server else []  # noqa: SLF001 - the bound port
         self.port = sockets[0].getsockname()[1] if sockets else self.port
-        self.base_url = f"http://{auth.authority(self.host)}:{self.port}"
-        self.local_base = f"http://{auth.authority(auth.local_address(self.host))}:{self.port}"
-        self.link_base = self.public_url or self.base_url
+        self._set_bases()
         self.engine.client_json = lambda: server.client_binding_json(
             self.link_base,
             self.local_base,
@@ -161,6 +160,11 @@ class Host:
                 " to the address clients reach this host at",
                 self.base_url,
             )
+
+    def _set_bases(self) -> None:
+        self.base_url = f"http://{auth.authority(self.host)}:{self.port}"
+        self.local_base = f"http://{auth.authority(auth.local_address(self.host))}:{self.port}"
+        self.link_base = self.public_url or self.base_url
 
     async def stop(self) -> None:
         self._running = False
