@@ -211,6 +211,29 @@ def test_admin_routes_need_the_master_key_and_status_stays_open(secured, keys) -
     assert short.status == 400
 
 
+def test_rotating_the_system_key_moves_the_management_api_and_the_links_to_the_new_one(
+    secured, keys
+) -> None:
+    mkey, old = master(keys), system_key(keys)
+    path = "/admin/host/systemkeys/durabletask_extension"
+    listed = secured.get("/admin/host/systemkeys", headers=with_key(mkey)).json()
+    assert listed == {"keys": [{"name": "durabletask_extension", "value": old}]}
+
+    rotated = secured.post(path, headers=with_key(mkey))
+    try:
+        assert rotated.status == 200
+        new = rotated.json()["value"]
+        assert new != old
+        assert_refused(secured.get(f"{WEBHOOK}/instances", headers=with_key(old)))
+        started = secured.post(f"{WEBHOOK}/orchestrators/parked?{code(new)}")
+        assert started.status == 202 and started.json()["statusQueryGetUri"].endswith(code(new))
+        secured.post(f"{WEBHOOK}/instances/{started.json()['id']}/terminate?{code(new)}")
+    finally:  # the other tests of the module hold the old key
+        restored = secured.request("PUT", path, {"value": old}, headers=with_key(mkey))
+    assert restored.status == 200
+    assert secured.get(f"{WEBHOOK}/instances", headers=with_key(old)).status == 200
+
+
 # --- links ------------------------------------------------------------------------------------------
 
 
