@@ -6,6 +6,11 @@ environment), imports the app once, opens the store (default: SQLite at
 ``/admin/host/status`` answers ``Running`` once work and requests are both served.
 ``STARTUP_ERRORS`` are the failures of ``start`` that mean "this host cannot run as
 configured" (the command line reports them in one line instead of a traceback).
+
+A store that is lost while the host runs (another host took it over, its file was
+removed, replaced or found corrupt) calls back ``Host.lose``: from then on
+``/admin/host/status`` no longer says ``Running``, the host stops gracefully, and
+``fatal`` holds the reason, which the command line prints before it exits with 2.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import logging
 import os
 import re
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +30,7 @@ from durable_host import loader
 from durable_host.client import DurableClient
 from durable_host.engine import Engine
 from durable_host.http import server
-from durable_host.store.base import Store, StoreLockedError
+from durable_host.store.base import Store, StoreError
 from durable_host.store.sqlite import SqliteStore
 
 log = logging.getLogger("durable_host")
@@ -37,23 +43,27 @@ class StoreSpecError(Exception):
 STARTUP_ERRORS: tuple[type[Exception], ...] = (
     loader.AppLoadError,
     config_mod.ConfigError,
-    StoreLockedError,
+    StoreError,
     StoreSpecError,
     OSError,
 )
 
 
-def open_store(spec: str | None, cfg: config_mod.HostConfig) -> Store:
+def open_store(
+    spec: str | None, cfg: config_mod.HostConfig, on_lost: Callable[[str], None] | None = None
+) -> Store:
+    """``on_lost(reason)``: the store can no longer be used by this host (it must stop)."""
+    lost = on_lost or _step_back
     if spec is None or spec == "sqlite":
-        return SqliteStore(cfg.app_dir / ".durable" / f"{cfg.hub_name}.db")
+        return SqliteStore(cfg.app_dir / ".durable" / f"{cfg.hub_name}.db", on_lost=lost)
     if spec.startswith("sqlite:"):
-        return SqliteStore(Path(spec.removeprefix("sqlite:")))
+        return SqliteStore(Path(spec.removeprefix("sqlite:")), on_lost=lost)
     if spec == "azure":
-        return _azure_store(cfg)
+        return _azure_store(cfg, lost)
     raise StoreSpecError(f"unknown store {spec!r}: use sqlite, sqlite:PATH or azure")
 
 
-def _azure_store(cfg: config_mod.HostConfig) -> Store:
+def _azure_store(cfg: config_mod.HostConfig, on_lost: Callable[[str], None]) -> Store:
     """Azure Storage from ``AzureWebJobsStorage`` (as Functions reads it); the hub name from
     host.json unless ``DURABLE_HOST_HUB`` overrides it (tests use one hub per test)."""
     from durable_host.store.azure import AzureStore  # the SQLite store needs no Azure SDK
@@ -70,7 +80,7 @@ def _azure_store(cfg: config_mod.HostConfig) -> Store:
             f"hub name {hub!r} must be 3-50 letters or digits, starting with a letter"
         )
     return AzureStore(
-        connection, hub, azurite_location=cfg.app_dir / ".durable" / "azurite", on_lost=_step_back
+        connection, hub, azurite_location=cfg.app_dir / ".durable" / "azurite", on_lost=on_lost
     )
 
 
@@ -87,24 +97,32 @@ class Host:
     port: int = 7071
     store_spec: str | None = None
     grace: float = 10.0
+    fatal: str | None = None  # why the host stopped by itself (its store was lost)
+
+    def lose(self, reason: str) -> None:
+        """The store is lost: stop serving and stop the host (once)."""
+        if self.fatal is None:
+            self.fatal = reason
+            self._running = False
+            _step_back(reason)
 
     async def start(self) -> None:
         self.app_dir = Path(self.app_dir).resolve()
         config_mod.apply_local_settings(self.app_dir)
         self.config = config_mod.load(self.app_dir)
         index = loader.load_app(self.app_dir)
-        self.store = open_store(self.store_spec, self.config)
+        self._running = False
+        self.store = open_store(self.store_spec, self.config, self.lose)
         await self.store.open()
         self.engine = Engine(index, self.store, self.config)
         self.client = DurableClient(self.engine)
-        self._running = False
         app = server.build_app(
             self.client,
             hub=self.config.hub_name,
             route_prefix=self.config.route_prefix,
             app_dir=str(self.app_dir),
             public_base=lambda: self.base_url,
-            is_running=lambda: self._running,
+            is_running=lambda: self._running and self.fatal is None,
         )
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -117,7 +135,7 @@ class Host:
             self.base_url, self.base_url, self.config.hub_name
         )
         await self.engine.start()
-        self._running = True
+        self._running = self.fatal is None
         log.info("durable host serving %s on %s (hub %s)", self.app_dir, self.base_url, self.config.hub_name)
 
     async def stop(self) -> None:
