@@ -19,7 +19,7 @@ dictionary lookup (plus one pattern match per pattern rule) and nothing else.
   ``<operation>.before`` fails a transaction before its COMMIT (nothing applied),
   ``<operation>.after`` reports a failure after the COMMIT applied (``store/sqlite.py``
   names the operations). ``DURABLE_HOST_STORE_FULL`` (``STORE_FULL``) names a switch file:
-  while it exists, the SQLite database cannot grow, as on a full disk.
+  while it exists, every SQLite write fails as on a full disk.
 """
 
 from __future__ import annotations

@@ -115,7 +115,6 @@ class SqliteStore:
     def _tx(
         self, db: sqlite3.Connection, body: Callable[[sqlite3.Connection], T], operation: str
     ) -> T:
-        self._faults.limit(db)
         db.execute("BEGIN IMMEDIATE")
         try:
             nonce = self._owner.fence(db)

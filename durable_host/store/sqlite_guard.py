@@ -22,7 +22,7 @@ apart from everything else.
   programming) stay as they are: they are bugs or bad payloads, not storage failures.
 * ``StoreFaults`` - the test faults of ``DURABLE_HOST_STORE_FAULTS`` and
   ``DURABLE_HOST_STORE_FULL`` (``faults``): SQLite's own errors, injected before or after a
-  transaction applies, and a database that cannot grow while a switch file exists.
+  transaction applies, and a full disk (every write fails) while a switch file exists.
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ CREATE TABLE IF NOT EXISTS owner (
 """
 _CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 _CORRUPT_TEXT = ("malformed", "not a database", "corrupt")
-UNLIMITED_PAGES = 1 << 30
 
 
 class StoreFailedError(StoreError):
@@ -161,25 +160,19 @@ class StoreFaults:
         self.plan = faults.FaultPlan.from_env(faults.STORE_FAULTS)
         switch = os.environ.get(faults.STORE_FULL, "")
         self.full_switch = Path(switch) if switch else None
-        self._full = False
 
     def before(self, operation: str) -> None:
+        """Inside a write transaction, before its COMMIT."""
+        # A full disk fails every write: each one appends to the write-ahead log.
+        if self.full_switch is not None and self.full_switch.exists():
+            raise _disk_full()
         if self.plan:
             self.plan.fail(f"{operation}.before", _disk_full())
 
     def after(self, operation: str) -> None:
+        """After a COMMIT applied."""
         if self.plan:
             self.plan.fail(f"{operation}.after", _disk_full())
-
-    def limit(self, db: sqlite3.Connection) -> None:
-        """Before a write: while the switch file exists, the database cannot grow."""
-        if self.full_switch is None:
-            return
-        full = self.full_switch.exists()
-        if full != self._full:
-            pages = db.execute("PRAGMA page_count").fetchone()[0] if full else UNLIMITED_PAGES
-            db.execute(f"PRAGMA max_page_count={int(pages)}")
-            self._full = full
 
 
 def _disk_full() -> sqlite3.OperationalError:
