@@ -72,6 +72,31 @@ def test_transient_store_faults_lose_nothing(
           f"{result['runs']} runs, {result['duplicates']} duplicates, 0 lost")
 
 
+def test_store_errors_that_reach_the_engine_never_quarantine(
+    store_kind: str, tmp_path: Path
+) -> None:
+    """Errors the store cannot ride out itself reach the engine (SQLite: every one; Azure:
+    with no retry budget). With poison declared after two attempts, one store
+    error too many per episode would quarantine it if store errors counted."""
+    ledger = tmp_path / "ledger"
+    if store_kind == "sqlite":
+        faults = {"DURABLE_HOST_STORE_FAULTS": "*.before%20"}
+    else:
+        faults = {"DURABLE_HOST_AZURE_FAULTS": "request%5",
+                  "DURABLE_HOST_AZURE_RETRY_SECONDS": "0"}
+    env = {"RELIABILITY_LEDGER": str(ledger), "DURABLE_HOST_POISON_ATTEMPTS": "2", **faults}
+    host = HostProcess(APP, store_spec_for(store_kind, tmp_path, "hub"), env=env).start()
+    try:
+        result = run_chains(host, ledger, "engine")
+        log = host.log_path.read_text() if host.log_path else ""
+        reached = log.count("not counted as an attempt")
+        assert "quarantined" not in log
+    finally:
+        host.kill()
+    print(f"store errors at the engine {store_kind}: {CHAINS} chains, {reached} episode "
+          f"retries, {result['runs']} runs, {result['duplicates']} duplicates, 0 lost")
+
+
 def test_a_disk_full_for_seconds_loses_nothing(store_kind: str, tmp_path: Path) -> None:
     if store_kind != "sqlite":
         pytest.skip("a full disk is the embedded store's; Azure outages: test_azure_fencing.py")
