@@ -41,12 +41,13 @@ async def serve(args: argparse.Namespace) -> int:
     except STARTUP_ERRORS as exc:
         print(f"durable host: {exc}", file=sys.stderr)
         return 2
-    print(f"durable host listening on {host.base_url}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    if host.fatal is None:
+        print(f"durable host listening on {host.base_url}", flush=True)
+        await stop.wait()
     await host.stop()
     if host.fatal is not None:
         print(f"durable host: {host.fatal}", file=sys.stderr)

@@ -104,14 +104,15 @@ class Host:
         if self.fatal is None:
             self.fatal = reason
             self._running = False
-            _step_back(reason)
+            if self._started:  # before that, the error reaches ``start``'s caller itself
+                _step_back(reason)
 
     async def start(self) -> None:
         self.app_dir = Path(self.app_dir).resolve()
         config_mod.apply_local_settings(self.app_dir)
         self.config = config_mod.load(self.app_dir)
         index = loader.load_app(self.app_dir)
-        self._running = False
+        self._running = self._started = False
         self.store = open_store(self.store_spec, self.config, self.lose)
         await self.store.open()
         self.engine = Engine(index, self.store, self.config)
@@ -135,6 +136,7 @@ class Host:
             self.base_url, self.base_url, self.config.hub_name
         )
         await self.engine.start()
+        self._started = True  # from here on a lost store stops the host by a signal
         self._running = self.fatal is None
         log.info("durable host serving %s on %s (hub %s)", self.app_dir, self.base_url, self.config.hub_name)
 
