@@ -59,6 +59,7 @@ T = TypeVar("T")
 log = logging.getLogger("durable_host.store.sqlite")
 IDENTITY_CHECK_SECONDS = 1.0  # reads notice a removed or replaced file within this time
 
+
 class SqliteStore:
     """Store port on one SQLite file (see module docstring)."""
 
@@ -74,11 +75,6 @@ class SqliteStore:
         self._lost: StoreLostError | None = None
         self._checked = 0.0  # monotonic time of the last identity check
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
-
-    @property
-    def lost(self) -> str | None:
-        """Why this store can no longer be used (None while it can)."""
-        return str(self._lost) if self._lost is not None else None
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._lost is not None:
