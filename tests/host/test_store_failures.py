@@ -10,10 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from tests.harness import APPS, HostProcess, wait_for
+from tests.harness import APPS, WEBHOOK, HostProcess, wait_for
 from tests.reliability.conftest import APP as LEDGER_APP
 
-WEBHOOK = "/runtime/webhooks/durabletask"
 ROOT = Path(__file__).resolve().parents[2]
 
 

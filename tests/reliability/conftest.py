@@ -10,7 +10,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from durable_host.testing import WEBHOOK, HostProcess, wait_for
+from tests.harness import WEBHOOK, HostProcess, wait_for
 
 APP = Path(__file__).resolve().parent / "app"
 LONG = os.environ.get("DURABLE_RELIABILITY_LONG") == "1"
