@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -198,3 +199,22 @@ def test_a_commit_that_reports_failure_after_it_applied_stands(
         await store.close()
 
     run(body)
+
+
+def test_corruption_met_while_serving_loses_the_store(tmp_path: Path) -> None:
+    lost: list[str] = []
+
+    async def body() -> None:
+        store = await opened(tmp_path / "hub.db", on_lost=lost.append)
+
+        def read_a_damaged_page(db: Any) -> None:
+            raise sqlite3.DatabaseError("database disk image is malformed")
+
+        with pytest.raises(StoreCorruptError, match="is corrupt"):
+            await store._run(read_a_damaged_page)
+        with pytest.raises(StoreCorruptError):
+            await store.get_instance("a")  # nothing more is served from the file
+        await store.close()
+
+    run(body)
+    assert len(lost) == 1 and "is corrupt" in lost[0]
