@@ -4,7 +4,10 @@ The engine hands over every activity work item it commits (``fresh``: the commit
 counted it as handed, dequeue count 1, so running it costs no extra store write) and every
 one it finds in the store at start or through ``poll`` (claimed with
 ``mark_activity_dequeued``, whose count above 1 reveals a re-execution after a crash:
-``stats['activity_reruns']``). At most ``maxConcurrentActivityFunctions`` run at once.
+``stats['activity_reruns']``). At most ``maxConcurrentActivityFunctions`` run at once; a
+fresh item that has to wait for a slot gives its count back first and is claimed when it
+starts, so the count is the number of runs that started (queued items that never started
+are not re-executions).
 
 A work item whose count passes ``poison_attempts`` does not run again: its task fails with
 a reason naming the poison. ``complete_activity`` removes the work item and enqueues the
@@ -96,6 +99,13 @@ class ActivityRunner:
 
     async def _run(self, work: ActivityWork, fresh: bool = False) -> None:
         logs.instance.set(work.instance_id)  # this task's own context
+        if fresh and self._slots.locked():
+            # It waits for a slot: if the host dies before it starts, the restart must not
+            # count a run that never happened. It is claimed when it starts, as found work is.
+            await self._store_call(
+                "queueing an activity", lambda: self.store.release_activity(work.work_id)
+            )
+            fresh = False
         async with self._slots:
             if self.stopping:
                 if fresh:

@@ -4,7 +4,9 @@
 
 Prints one line ``durable host listening on http://H:P`` once it serves requests (tests
 read the port from it when ``--port 0``), and stops cleanly on SIGTERM or SIGINT:
-it stops taking work, gives running activities a grace period, and exits 0. Logs go to
+it stops taking work, gives running activities a grace period, and exits 0. A host whose
+store is lost while it runs (``Host.fatal``) stops the same way, prints
+``durable host: <reason>`` and exits 2, as a host that cannot start does. Logs go to
 stderr, one record per line, each naming its instance (``--log-format text|json``).
 
 ``keys`` prints the host's keys (``durable_host/keys.py``) - creating them if the hub has
@@ -67,13 +69,17 @@ async def serve(args: argparse.Namespace) -> int:
     except STARTUP_ERRORS as exc:
         print(f"durable host: {exc}", file=sys.stderr)
         return 2
-    print(f"durable host listening on {host.base_url}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    if host.fatal is None:
+        print(f"durable host listening on {host.base_url}", flush=True)
+        await stop.wait()
     await host.stop()
+    if host.fatal is not None:
+        print(f"durable host: {host.fatal}", file=sys.stderr)
+        return 2
     return 0
 
 

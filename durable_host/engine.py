@@ -22,7 +22,10 @@ through the store's ``poll``, which the engine calls in a loop from start to sto
 
 Poison: before each episode or entity batch the store counts one more attempt
 (``begin_attempt``; a commit resets it). Work that kills the process every time, or
-fails every time, reaches ``poison_attempts`` and is quarantined: the orchestration
+fails every time, reaches ``poison_attempts`` and is quarantined. A failure of the
+storage itself (``StoreError``: a full disk, an outage) is not the work's fault: the
+attempt it ended does not count - the next attempt reuses its count instead of counting
+again - so a store that recovers never turns into quarantined instances. Quarantined: the orchestration
 fails (or each entity operation fails) with a reason naming the poison, its messages
 are consumed, and nothing runs it again. Activities have the same bound through their
 dequeue count. An inbox message or history row that cannot be decoded fails its
@@ -40,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import time
 import uuid
 from collections import deque
@@ -53,7 +57,7 @@ from durable_host.activity_runner import ActivityRunner
 from durable_host.config import HostConfig
 from durable_host.loader import AppIndex
 from durable_host.records import InstanceRecord, MessageKind, OutgoingKind, RuntimeStatus
-from durable_host.store.base import CorruptHistoryError, Store
+from durable_host.store.base import CorruptHistoryError, Store, StoreError
 
 log = logging.getLogger("durable_host.engine")
 MAX_ACTIVITY_ATTEMPTS = 5  # default attempts before work is declared poison
@@ -111,6 +115,8 @@ class Engine:
         # orchestrator code that is not deterministic (sessions.py).
         self.sessions = self.fast_replay and _env_flag("DURABLE_HOST_SESSIONS", False)
         self._failures: dict[str, int] = {}  # instances whose processing failed, in a row
+        # Instances whose last attempt a store error ended: its count, for the next attempt.
+        self._uncounted: dict[str, int] = {}
         self._ready: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
         self._running: set[str] = set()
@@ -208,7 +214,14 @@ class Engine:
         failures = self._failures.get(instance_id, 0) + 1
         self._failures[instance_id] = failures
         delay = min(MAX_RETRY_DELAY, 0.25 * 2 ** min(failures, 8))
-        log.exception("processing failed (%d in a row); retrying in %.1fs", failures, delay)
+        error = sys.exc_info()[1]
+        if isinstance(error, StoreError):
+            log.error(
+                "storage failed (%d in a row; not counted as an attempt); retrying in %.1fs: %s",
+                failures, delay, error,
+            )
+        else:
+            log.exception("processing failed (%d in a row); retrying in %.1fs", failures, delay)
         self._forget(instance_id)
         asyncio.get_running_loop().call_later(delay, self.notify, instance_id)
 
@@ -229,25 +242,32 @@ class Engine:
         if not entity_id and orchestration.all_held(status, [m for _, m in messages]):
             return  # e.g. events for a suspended instance: nothing to do, nothing to count
         counting = time.perf_counter()
-        poison = await self._count_attempt(instance_id)
+        attempts, poison = await self._count_attempt(instance_id)
         self.timings["attempt"].append(time.perf_counter() - counting)
-        if entity_id:
-            async with self._entity_slots:
-                await self._entity_batch(instance_id, record, messages, now, poison)
-        else:
-            async with self._orchestrator_slots:
-                await self._episode(instance_id, record, messages, now, poison, read)
+        try:
+            if entity_id:
+                async with self._entity_slots:
+                    await self._entity_batch(instance_id, record, messages, now, poison)
+            else:
+                async with self._orchestrator_slots:
+                    await self._episode(instance_id, record, messages, now, poison, read)
+        except StoreError:
+            self._uncounted[instance_id] = attempts
+            raise
         if len(messages) >= MESSAGE_BATCH:
             self._dirty.add(instance_id)
 
-    async def _count_attempt(self, instance_id: str) -> str | None:
-        """Count this attempt; past the bound, the reason the instance is quarantined."""
-        attempts = await self.store.begin_attempt(instance_id)
+    async def _count_attempt(self, instance_id: str) -> tuple[int, str | None]:
+        """Count this attempt (unless a store error ended the last one: it takes its
+        place); the count, and past the bound, the reason the instance is quarantined."""
+        attempts = self._uncounted.pop(instance_id, None)
+        if attempts is None:
+            attempts = await self.store.begin_attempt(instance_id)
         if attempts <= self.poison_attempts:
             if attempts > 1:
                 log.warning("attempt %d: the previous attempt did not finish", attempts)
-            return None
-        return (
+            return attempts, None
+        return attempts, (
             f"quarantined as poison after {attempts - 1} attempts that did not finish"
             " (the host process died, or processing failed, every time)"
         )

@@ -11,6 +11,11 @@ Auth (``http/auth.py``, ``keys.py``): ``auth`` None means keys whenever the host
 beyond loopback and off on loopback; the start-up log says which and why. Links name
 ``public_url`` (``--public-url`` / ``DURABLE_HOST_PUBLIC_URL``) or the bound address;
 ``rpcBaseUrl`` names the bound address on loopback when the host binds every interface.
+
+A store that is lost while the host runs (another host took it over, its file was
+removed, replaced or found corrupt) calls back ``Host.lose``: from then on
+``/admin/host/status`` no longer says ``Running``, the host stops gracefully, and
+``fatal`` holds the reason, which the command line prints before it exits with 2.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import logging
 import os
 import re
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +37,7 @@ from durable_host.engine import Engine
 from durable_host.http import auth, server
 from durable_host.http.key_routes import KeyRoutes
 from durable_host.keys import KeyConfigError, Keys
-from durable_host.store.base import Store, StoreLockedError
+from durable_host.store.base import Store, StoreError
 from durable_host.store.sqlite import SqliteStore
 
 log = logging.getLogger("durable_host")
@@ -44,25 +50,35 @@ class StoreSpecError(Exception):
 STARTUP_ERRORS: tuple[type[Exception], ...] = (
     loader.AppLoadError,
     config_mod.ConfigError,
-    StoreLockedError,
+    StoreError,
     StoreSpecError,
     KeyConfigError,
     OSError,
 )
 
 
-def open_store(spec: str | None, cfg: config_mod.HostConfig, read_only: bool = False) -> Store:
-    """``read_only``: for tools beside a running host (no lock or lease; secrets only)."""
+def open_store(
+    spec: str | None,
+    cfg: config_mod.HostConfig,
+    on_lost: Callable[[str], None] | None = None,
+    read_only: bool = False,
+) -> Store:
+    """``on_lost(reason)``: the store can no longer be used by this host (it must stop).
+    ``read_only``: for tools beside a running host (no lock or lease; secrets only)."""
+    lost = on_lost or _step_back
     if spec is None or spec == "sqlite":
-        return SqliteStore(cfg.app_dir / ".durable" / f"{cfg.hub_name}.db", read_only)
+        path = cfg.app_dir / ".durable" / f"{cfg.hub_name}.db"
+        return SqliteStore(path, read_only, on_lost=lost)
     if spec.startswith("sqlite:"):
-        return SqliteStore(Path(spec.removeprefix("sqlite:")), read_only)
+        return SqliteStore(Path(spec.removeprefix("sqlite:")), read_only, on_lost=lost)
     if spec == "azure":
-        return _azure_store(cfg, read_only)
+        return _azure_store(cfg, lost, read_only)
     raise StoreSpecError(f"unknown store {spec!r}: use sqlite, sqlite:PATH or azure")
 
 
-def _azure_store(cfg: config_mod.HostConfig, read_only: bool = False) -> Store:
+def _azure_store(
+    cfg: config_mod.HostConfig, on_lost: Callable[[str], None], read_only: bool = False
+) -> Store:
     """Azure Storage from ``AzureWebJobsStorage`` (as Functions reads it); the hub name from
     host.json unless ``DURABLE_HOST_HUB`` overrides it (tests use one hub per test)."""
     from durable_host.store.azure import AzureStore  # the SQLite store needs no Azure SDK
@@ -82,7 +98,7 @@ def _azure_store(cfg: config_mod.HostConfig, read_only: bool = False) -> Store:
         connection,
         hub,
         azurite_location=cfg.app_dir / ".durable" / "azurite",
-        on_lost=_step_back,
+        on_lost=on_lost,
         read_only=read_only,
     )
 
@@ -102,6 +118,15 @@ class Host:
     grace: float = 10.0
     auth: str | None = None  # "keys" | "off" | None (decided by the bound address)
     public_url: str | None = None
+    fatal: str | None = None  # why the host stopped by itself (its store was lost)
+
+    def lose(self, reason: str) -> None:
+        """The store is lost: stop serving and stop the host (once)."""
+        if self.fatal is None:
+            self.fatal = reason
+            self._running = False
+            if self._started:  # before that, the error reaches ``start``'s caller itself
+                _step_back(reason)
 
     async def start(self) -> None:
         self.app_dir = Path(self.app_dir).resolve()
@@ -115,7 +140,8 @@ class Host:
             raise config_mod.ConfigError(str(exc)) from exc
         auth_on, auth_reason = auth.decide(self.auth, self.host)
         index = loader.load_app(self.app_dir)
-        self.store = open_store(self.store_spec, self.config)
+        self._running = self._started = False
+        self.store = open_store(self.store_spec, self.config, self.lose)
         await self.store.open()
         keys = Keys(self.store, os.environ) if auth_on else None
         if keys is not None:
@@ -123,14 +149,13 @@ class Host:
         self.gate = auth.Gate(keys, auth_on)
         self.engine = Engine(index, self.store, self.config)
         self.client = DurableClient(self.engine)
-        self._running = False
         app = server.build_app(
             self.client,
             hub=self.config.hub_name,
             route_prefix=self.config.route_prefix,
             app_dir=str(self.app_dir),
             public_base=lambda: self.link_base,
-            is_running=lambda: self._running,
+            is_running=lambda: self._running and self.fatal is None,
             local_base=lambda: self.local_base,
             gate=self.gate,
             key_routes=KeyRoutes(keys, [f.name for f in index.http]) if keys else None,
@@ -151,7 +176,8 @@ class Host:
             self.gate.rpc_segment,
         )
         await self.engine.start()
-        self._running = True
+        self._started = True  # from here on a lost store stops the host by a signal
+        self._running = self.fatal is None
         log.info("durable host serving %s on %s (hub %s)", self.app_dir, self.base_url, self.config.hub_name)
         log.log(logging.INFO if auth_on or auth.is_loopback(self.host) else logging.WARNING, "%s", auth_reason)
         if self.public_url is None and auth.is_wildcard(self.host):

@@ -19,6 +19,7 @@ from durable_host.http.auth import Gate, loggable
 from durable_host.http.functions import FunctionRoutes
 from durable_host.http.key_routes import KeyRoutes
 from durable_host.http.management import RPC_BASE, WEBHOOK_BASE, ManagementApi, management_urls
+from durable_host.store.base import StoreError
 
 
 log = logging.getLogger("durable_host.http")
@@ -37,6 +38,11 @@ async def _errors_as_json(
         return web.json_response(body, status=413)
     except web.HTTPException:
         raise
+    except StoreError as exc:
+        # The storage failed, not the request: the client may retry it as it is.
+        log.error("request %s %s: storage failed: %s", request.method, request.path, exc)
+        body = {"error": "store_unavailable", "Message": f"The task hub's storage failed: {exc}"}
+        return web.json_response(body, status=503, headers={"Retry-After": "1"})
     except Exception:
         log.exception("request %s %s failed", request.method, loggable(request.path))
         body = {"Message": "Something went wrong while processing your request"}

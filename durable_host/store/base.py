@@ -37,6 +37,15 @@ implementation):
   The engine calls it in a loop from start to stop, so it paces itself and never raises.
   A store only its own process writes (SQLite: one host per file) has no such work: its
   ``poll`` never returns.
+* ``purge_many`` removes only instances in a terminal state, whatever the query says (as
+  the extension's stores do): a filter never deletes a running instance.
+* ``ready_instances`` lists instances in arrival order: the one whose oldest visible
+  message is oldest comes first, so work accepted in order resumes in order after a crash.
+* Failures of the storage itself raise ``StoreError``: the work did not fail, the store
+  did, and the engine retries without counting it towards poison. ``StoreLostError``
+  (a ``StoreError``) means the store can no longer be used by this process at all (another
+  host took it over, the file was removed or replaced, the file is corrupt): the store
+  refuses every later call and the host stops.
 * ``round_trips`` counts the storage requests sent so far, for ``/admin/host/metrics`` and
   ``bench/``; None for a store that makes none worth counting (an embedded file).
 * Host secrets (the host's keys, ``durable_host/keys.py``) are small named texts kept with
@@ -72,7 +81,9 @@ __all__ = [
     "Query",
     "QueryPage",
     "Store",
+    "StoreError",
     "StoreLockedError",
+    "StoreLostError",
 ]
 
 
@@ -85,8 +96,16 @@ class InstanceExistsError(Exception):
         self.status = status
 
 
-class StoreLockedError(Exception):
-    pass
+class StoreError(Exception):
+    """The storage failed, not the work: retry later; never a reason to call work poison."""
+
+
+class StoreLockedError(StoreError):
+    """Another host owns the store (at start: this host refuses or waits)."""
+
+
+class StoreLostError(StoreError):
+    """This process can no longer use the store: it must stop writing and stop serving."""
 
 
 class CorruptHistoryError(ValueError):

@@ -5,16 +5,19 @@ episode writes to the instance row. Pure; imports only ``records`` and the port'
   ``{"kind": "undecodable", "error": ..., "text": <first 200 chars>}``, so the engine can
   quarantine it (the ``fetch_messages`` contract in ``base.py``).
 * ``decode_event`` raises ``CorruptHistoryError`` instead (``get_history``).
+* ``purgeable`` narrows a bulk purge to terminal instances (the extension's stores never
+  purge a running instance by filter).
 * An episode writes the instance's output when it ends the execution with one
   (``OUTPUT_STATUSES``) or rewrites the history (a rewind clears the output).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
-from durable_host.records import Episode, MessageKind, RuntimeStatus
+from durable_host.records import TERMINAL, Episode, MessageKind, Query, RuntimeStatus
 from durable_host.store.base import CorruptHistoryError
 
 OUTPUT_STATUSES: frozenset[str] = frozenset(
@@ -68,3 +71,11 @@ def parent_instance_id(episode: Episode) -> str | None:
 def entity_name(instance_id: str) -> str:
     """``@name@key`` -> ``name`` (the row name of an entity instance)."""
     return instance_id[1:].partition("@")[0]
+
+
+def purgeable(query: Query) -> Query | None:
+    """``query`` limited to terminal statuses; None when it asks for none of them."""
+    statuses = sorted(s for s in (query.statuses or TERMINAL) if s in TERMINAL)
+    if not statuses:
+        return None
+    return dataclasses.replace(query, statuses=tuple(statuses), top=None, continuation=None)

@@ -1,18 +1,26 @@
 """The embedded SQLite task hub: one file, one host process.
 
 WAL journal with ``synchronous=FULL``: every commit is on disk when it returns, so an
-accepted request or a committed episode survives a kill of everything. One host process
-per file, enforced with an exclusive ``flock`` on ``<file>.lock`` (a second host refuses
-with a clear message). All SQL runs on one dedicated thread, which serialises access
-to the single connection and keeps the event loop free.
+accepted request or a committed episode survives a kill of everything. All SQL runs on
+one dedicated thread, which serialises access to the single connection and keeps the
+event loop free.
+
+One host process per file (``sqlite_guard``): an exclusive lock on the database file
+itself - whatever path, symlink or hard link reaches it - makes a second host refuse to
+start; every write transaction checks the owner epoch and that the path still names the
+locked file. ``open`` refuses a corrupt file (``PRAGMA quick_check``). SQLite's errors leave
+the store as the port's: ``StoreFailedError`` for a passing failure (full disk, I/O),
+``StoreLostError`` when this host can no longer use the file (taken over, removed,
+replaced, corrupt); from then on every call raises it and ``on_lost`` is told once, so the
+host stops.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import os
+import logging
 import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,88 +32,32 @@ from durable_host.records import (
     EntityCommit,
     Episode,
     InstanceRecord,
-    OutgoingKind,
     Query,
     QueryPage,
     RuntimeStatus,
 )
 from durable_host.store import codec
-from durable_host.store.base import InstanceExistsError, StoreLockedError
-
-T = TypeVar("T")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS instances (
-    instance_id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    status TEXT NOT NULL,
-    execution_id TEXT,
-    version TEXT,
-    input TEXT,
-    output TEXT,
-    custom_status TEXT,
-    created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL,
-    parent_instance_id TEXT,
-    entity_state TEXT,
-    entity_exists INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS instances_created ON instances(created_at);
-CREATE TABLE IF NOT EXISTS history (
-    instance_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    event TEXT NOT NULL,
-    PRIMARY KEY (instance_id, seq)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS inbox (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    instance_id TEXT NOT NULL,
-    message TEXT NOT NULL,
-    visible_at TEXT
-);
-CREATE INDEX IF NOT EXISTS inbox_instance ON inbox(instance_id, id);
-CREATE INDEX IF NOT EXISTS inbox_due ON inbox(visible_at) WHERE visible_at IS NOT NULL;
-CREATE TABLE IF NOT EXISTS attempts (
-    instance_id TEXT PRIMARY KEY,
-    count INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS activities (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    instance_id TEXT NOT NULL,
-    execution_id TEXT NOT NULL,
-    task_id INTEGER NOT NULL,
-    name TEXT NOT NULL,
-    input TEXT,
-    dequeue_count INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS host_secrets (
-    name TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-) WITHOUT ROWID;
-"""
-
-_COLUMNS = (
-    "instance_id, name, status, execution_id, version, input, output, custom_status,"
-    " created_at, updated_at, parent_instance_id, entity_state, entity_exists"
+from durable_host.store.base import InstanceExistsError, StoreError, StoreLostError
+from durable_host.store.sqlite_guard import (
+    OWNER_SCHEMA,
+    FileOwnership,
+    StoreFaults,
+    translate,
+)
+from durable_host.store.sqlite_sql import (
+    COLUMNS,
+    SCHEMA,
+    delete_inbox,
+    filters,
+    instance_record,
+    purge_ids,
+    update_instance,
+    write_outbox,
 )
 
-
-def _record(row: tuple[Any, ...]) -> InstanceRecord:
-    return InstanceRecord(
-        instance_id=row[0],
-        name=row[1],
-        status=row[2],
-        execution_id=row[3],
-        version=row[4],
-        input_json=row[5],
-        output_json=row[6],
-        custom_status_json=row[7],
-        created_at=row[8],
-        updated_at=row[9],
-        parent_instance_id=row[10],
-        entity_state=row[11],
-        entity_exists=bool(row[12]),
-    )
+T = TypeVar("T")
+log = logging.getLogger("durable_host.store.sqlite")
+IDENTITY_CHECK_SECONDS = 1.0  # reads notice a removed or replaced file within this time
 
 
 class SqliteStore:
@@ -113,56 +65,134 @@ class SqliteStore:
 
     round_trips: int | None = None  # no network: nothing to count
 
-    def __init__(self, path: Path, read_only: bool = False):
-        """``read_only``: for tools beside a running host (the ``keys`` command): no lock is
-        taken, and only the host secrets may be written (SQLite serialises those writes)."""
+    def __init__(
+        self, path: Path, read_only: bool = False, on_lost: Callable[[str], None] | None = None
+    ):
+        """``on_lost(reason)`` is called once, on the event loop, when the store is lost.
+
+        ``read_only``: for tools beside a running host (the ``keys`` command): no lock is
+        taken and no ownership claimed, and only the host secrets may be written (SQLite
+        serialises those writes with the host's own)."""
         self.path = Path(path)
         self.read_only = read_only
         self._db: sqlite3.Connection | None = None
-        self._lock_fd: int | None = None
+        self._owner = FileOwnership(self.path)
+        self._faults = StoreFaults()
+        self._on_lost = on_lost
+        self._lost: StoreLostError | None = None
+        self._checked = 0.0  # monotonic time of the last identity check
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._lost is not None:
+            raise self._lost
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._call, fn)
+        try:
+            return await loop.run_in_executor(self._pool, self._call, fn)
+        except sqlite3.Error as exc:
+            error = translate(exc, self.path)
+            if error is exc:
+                raise
+            if isinstance(error, StoreLostError):
+                self._lose(error)
+            raise error from exc
+        except StoreLostError as exc:
+            self._lose(exc)
+            raise
+
+    def _lose(self, error: StoreLostError) -> None:
+        if self._lost is None:
+            self._lost = error
+            log.critical("%s", error)
+            if self._on_lost is not None:
+                self._on_lost(str(error))
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         assert self._db is not None, "store is not open"
+        now = time.monotonic()
+        if not self.read_only and now - self._checked > IDENTITY_CHECK_SECONDS:
+            self._owner.check()
+            self._checked = now
         return fn(self._db)
 
-    def _tx(self, db: sqlite3.Connection, body: Callable[[sqlite3.Connection], T]) -> T:
+    def _tx(
+        self, db: sqlite3.Connection, body: Callable[[sqlite3.Connection], T], operation: str
+    ) -> T:
         db.execute("BEGIN IMMEDIATE")
         try:
+            nonce = self._owner.fence(db)
             result = body(db)
             faults.hit("store.before_commit")
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
+            self._faults.before(operation)
+            self._owner.check()
+        except BaseException as exc:
+            self._rollback(db, exc)
             raise
+        try:
+            db.execute("COMMIT")
+            self._faults.after(operation)
+        except sqlite3.Error as exc:
+            # The outcome of a failed COMMIT is not known from the error: ask the file.
+            self._rollback(db, exc)
+            if not self._owner.applied(db, nonce):
+                raise
+            log.warning("%s reported %r after it had applied; it stands", operation, exc)
         return result
+
+    @staticmethod
+    def _rollback(db: sqlite3.Connection, exc: BaseException) -> None:
+        # SQLite rolls a transaction back by itself after some failures (a full disk):
+        # a second rollback would fail and hide the error that matters.
+        if db.in_transaction:
+            try:
+                db.execute("ROLLBACK")
+            except sqlite3.Error:
+                log.warning("rollback after %r failed", exc, exc_info=True)
+
+    async def _write(self, operation: str, body: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._run(lambda db: self._tx(db, body, operation))
 
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.read_only:
-            await asyncio.get_running_loop().run_in_executor(self._pool, self._connect)
+            await asyncio.get_running_loop().run_in_executor(self._pool, self._connect_beside)
             return
-        fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise StoreLockedError(
-                f"Another durable host is already using {self.path}; the embedded SQLite"
-                " store allows one host process per file."
-            ) from None
-        self._lock_fd = fd
-        await asyncio.get_running_loop().run_in_executor(self._pool, self._connect)
+        self._owner.lock()
 
-    def _connect(self) -> None:
+        def connect() -> None:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=FULL")
+                problems = [r[0] for r in db.execute("PRAGMA quick_check(5)")]
+                if problems != ["ok"]:
+                    raise sqlite3.DatabaseError(
+                        "database disk image is malformed: " + "; ".join(problems)
+                    )
+                db.executescript(SCHEMA + OWNER_SCHEMA)
+                self._owner.claim(db)
+            except BaseException:
+                db.close()
+                raise
+            self._db = db
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._pool, connect)
+        except sqlite3.Error as exc:
+            self._owner.unlock()
+            error = translate(exc, self.path)
+            if isinstance(error, StoreError):
+                raise error from exc
+            raise
+        except BaseException:
+            self._owner.unlock()
+            raise
+
+    def _connect_beside(self) -> None:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
-        db.executescript(_SCHEMA)
+        db.executescript(SCHEMA)
         self._db = db
 
     async def close(self) -> None:
@@ -173,9 +203,8 @@ class SqliteStore:
 
         await asyncio.get_running_loop().run_in_executor(self._pool, shut)
         self._pool.shutdown(wait=True)
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        if not self.read_only:
+            self._owner.unlock()
 
     # --- instances -------------------------------------------------------------------
 
@@ -197,7 +226,7 @@ class SqliteStore:
                 db.execute("DELETE FROM history WHERE instance_id=?", (record.instance_id,))
                 db.execute("DELETE FROM inbox WHERE instance_id=?", (record.instance_id,))
             db.execute(
-                f"INSERT OR REPLACE INTO instances ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT OR REPLACE INTO instances ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     record.instance_id, record.name, record.status, record.execution_id,
                     record.version, record.input_json, None, None, record.created_at,
@@ -209,7 +238,7 @@ class SqliteStore:
                 (record.instance_id, codec.encode(start_message), visible_at),
             )
 
-        await self._run(lambda db: self._tx(db, body))
+        await self._write("create_instance", body)
 
     async def send(
         self, instance_id: str, message: dict[str, Any], now: str, status: str | None = None
@@ -225,14 +254,14 @@ class SqliteStore:
                     (status, now, instance_id),
                 )
 
-        await self._run(lambda db: self._tx(db, body))
+        await self._write("send", body)
 
     async def get_instance(self, instance_id: str) -> InstanceRecord | None:
         def read(db: sqlite3.Connection) -> InstanceRecord | None:
             row = db.execute(
-                f"SELECT {_COLUMNS} FROM instances WHERE instance_id=?", (instance_id,)
+                f"SELECT {COLUMNS} FROM instances WHERE instance_id=?", (instance_id,)
             ).fetchone()
-            return _record(row) if row else None
+            return instance_record(row) if row else None
 
         return await self._run(read)
 
@@ -264,7 +293,7 @@ class SqliteStore:
         self, instance_id: str, episode: Episode, now: str
     ) -> list[ActivityWork]:
         def body(db: sqlite3.Connection) -> list[ActivityWork]:
-            _delete_inbox(db, episode.consumed)
+            delete_inbox(db, episode.consumed)
             db.execute("DELETE FROM attempts WHERE instance_id=?", (instance_id,))
             if episode.replace_history or episode.rewrite_history:
                 db.execute("DELETE FROM history WHERE instance_id=?", (instance_id,))
@@ -279,14 +308,14 @@ class SqliteStore:
                 "INSERT INTO history (instance_id, seq, event) VALUES (?,?,?)",
                 [(instance_id, start + i, codec.encode(e)) for i, e in enumerate(episode.events)],
             )
-            _update_instance(db, instance_id, episode, now)
-            return _write_outbox(db, episode)
+            update_instance(db, instance_id, episode, now)
+            return write_outbox(db, episode)
 
-        return await self._run(lambda db: self._tx(db, body))
+        return await self._write("commit_episode", body)
 
     async def commit_entity(self, commit: EntityCommit) -> None:
         def body(db: sqlite3.Connection) -> None:
-            _delete_inbox(db, commit.consumed)
+            delete_inbox(db, commit.consumed)
             db.execute("DELETE FROM attempts WHERE instance_id=?", (commit.instance_id,))
             name = codec.entity_name(commit.instance_id)
             db.execute(
@@ -305,7 +334,7 @@ class SqliteStore:
                 [(target, codec.encode(msg)) for target, msg in commit.responses],
             )
 
-        await self._run(lambda db: self._tx(db, body))
+        await self._write("commit_entity", body)
 
     async def complete_activity(
         self, work_id: int, instance_id: str, message: dict[str, Any], now: str
@@ -320,7 +349,7 @@ class SqliteStore:
             )
             return True
 
-        return await self._run(lambda db: self._tx(db, body))
+        return await self._write("complete_activity", body)
 
     async def pending_activities(self) -> list[ActivityWork]:
         def read(db: sqlite3.Connection) -> list[ActivityWork]:
@@ -341,7 +370,7 @@ class SqliteStore:
             found = row.fetchone()
             return int(found[0]) if found else 0
 
-        return await self._run(lambda db: self._tx(db, body))
+        return await self._write("mark_activity_dequeued", body)
 
     async def release_activity(self, work_id: int) -> None:
         """Undo one dequeue: the run was abandoned by a graceful stop, it did not crash."""
@@ -352,7 +381,7 @@ class SqliteStore:
                 (work_id,),
             )
 
-        await self._run(lambda db: self._tx(db, body))
+        await self._write("release_activity", body)
 
     async def begin_attempt(self, instance_id: str) -> int:
         """Count one more attempt at the instance's next episode; committing resets it."""
@@ -372,7 +401,7 @@ class SqliteStore:
             # after a power cut only allows one more attempt).
             db.execute("PRAGMA synchronous=NORMAL")
             try:
-                return self._tx(db, body)
+                return self._tx(db, body, "begin_attempt")
             finally:
                 db.execute("PRAGMA synchronous=FULL")
 
@@ -382,12 +411,13 @@ class SqliteStore:
         """Instances with visible messages (``due_only``: only those with due timers)."""
 
         def read(db: sqlite3.Connection) -> list[str]:
+            # Arrival order: the instance whose oldest visible message is oldest first.
             sql = (
-                "SELECT DISTINCT instance_id FROM inbox WHERE visible_at<=?"
+                "SELECT instance_id FROM inbox WHERE visible_at<=?"
                 if due_only
-                else "SELECT DISTINCT instance_id FROM inbox WHERE visible_at IS NULL OR visible_at<=?"
+                else "SELECT instance_id FROM inbox WHERE visible_at IS NULL OR visible_at<=?"
             )
-            rows = db.execute(sql, (now,))
+            rows = db.execute(sql + " GROUP BY instance_id ORDER BY MIN(id)", (now,))
             return [r[0] for r in rows]
 
         return await self._run(read)
@@ -411,13 +441,13 @@ class SqliteStore:
 
     async def query(self, query: Query) -> QueryPage:
         def read(db: sqlite3.Connection) -> QueryPage:
-            where, args = _filters(query)
+            where, args = filters(query)
             limit = query.top if query.top and query.top > 0 else -1
             rows = db.execute(
-                f"SELECT {_COLUMNS} FROM instances WHERE {where} ORDER BY instance_id LIMIT ?",
+                f"SELECT {COLUMNS} FROM instances WHERE {where} ORDER BY instance_id LIMIT ?",
                 (*args, limit),
             ).fetchall()
-            records = [_record(r) for r in rows]
+            records = [instance_record(r) for r in rows]
             token = records[-1].instance_id if limit > 0 and len(records) == limit else None
             return QueryPage(records, token)
 
@@ -425,17 +455,22 @@ class SqliteStore:
 
     async def purge(self, instance_id: str) -> int:
         def body(db: sqlite3.Connection) -> int:
-            return _purge_ids(db, [instance_id])
+            return purge_ids(db, [instance_id])
 
-        return await self._run(lambda db: self._tx(db, body))
+        return await self._write("purge", body)
 
     async def purge_many(self, query: Query) -> int:
-        def body(db: sqlite3.Connection) -> int:
-            where, args = _filters(query)
-            ids = [r[0] for r in db.execute(f"SELECT instance_id FROM instances WHERE {where}", args)]
-            return _purge_ids(db, ids)
+        """Purge the terminal instances ``query`` matches; running ones are never purged."""
+        terminal = codec.purgeable(query)
+        if terminal is None:
+            return 0
 
-        return await self._run(lambda db: self._tx(db, body))
+        def body(db: sqlite3.Connection) -> int:
+            where, args = filters(terminal)
+            ids = [r[0] for r in db.execute(f"SELECT instance_id FROM instances WHERE {where}", args)]
+            return purge_ids(db, ids)
+
+        return await self._write("purge_many", body)
 
     # --- host secrets ---------------------------------------------------------------------
 
@@ -448,7 +483,8 @@ class SqliteStore:
 
     async def swap_secret(self, name: str, expected: str | None, value: str) -> bool:
         # Its own transaction, not ``_tx``: a key change is no episode, so it must not count
-        # towards the ``store.before_commit`` fault point that crash tests aim at.
+        # towards the ``store.before_commit`` fault point that crash tests aim at, and a tool
+        # beside the host (read-only: no ownership) must be able to make it.
         def swap(db: sqlite3.Connection) -> bool:
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -460,107 +496,9 @@ class SqliteStore:
                     "INSERT OR REPLACE INTO host_secrets (name, value) VALUES (?,?)", (name, value)
                 )
                 db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
+            except BaseException as exc:
+                self._rollback(db, exc)
                 raise
             return True
 
         return await self._run(swap)
-
-
-def _delete_inbox(db: sqlite3.Connection, ids: list[int]) -> None:
-    db.executemany("DELETE FROM inbox WHERE id=?", [(i,) for i in ids])
-
-
-def _update_instance(db: sqlite3.Connection, instance_id: str, episode: Episode, now: str) -> None:
-    if episode.replace_history:
-        db.execute(
-            "UPDATE instances SET execution_id=?, name=?, input=?, version=?,"
-            " parent_instance_id=?, output=NULL, custom_status=NULL WHERE instance_id=?",
-            (
-                episode.execution_id, episode.name, episode.input_json, episode.version,
-                codec.parent_instance_id(episode), instance_id,
-            ),
-        )
-        if db.execute("SELECT 1 FROM instances WHERE instance_id=?", (instance_id,)).fetchone() is None:
-            # Sub-orchestrations are created by their first episode, not by a client call.
-            db.execute(
-                f"INSERT INTO instances ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    instance_id, episode.name, RuntimeStatus.RUNNING, episode.execution_id,
-                    episode.version, episode.input_json, None, None, now, now,
-                    codec.parent_instance_id(episode), None, 0,
-                ),
-            )
-    sets, args = ["updated_at=?"], [now]
-    if episode.status is not None:
-        sets.append("status=?")
-        args.append(episode.status)
-    if codec.writes_output(episode):
-        sets.append("output=?")
-        args.append(episode.output_json)
-    if episode.custom_status_changed:
-        sets.append("custom_status=?")
-        args.append(episode.custom_status_json)
-    db.execute(f"UPDATE instances SET {', '.join(sets)} WHERE instance_id=?", (*args, instance_id))
-
-
-def _write_outbox(db: sqlite3.Connection, episode: Episode) -> list[ActivityWork]:
-    created: list[ActivityWork] = []
-    for item in episode.outbox:
-        if item.kind == OutgoingKind.ACTIVITY:
-            p = item.payload
-            cursor = db.execute(
-                "INSERT INTO activities (instance_id, execution_id, task_id, name, input,"
-                " dequeue_count) VALUES (?,?,?,?,?,1)",
-                (p["instance_id"], p["execution_id"], p["task_id"], p["name"], p["input_json"]),
-            )
-            assert cursor.lastrowid is not None
-            created.append(
-                ActivityWork(
-                    cursor.lastrowid, p["instance_id"], p["execution_id"], p["task_id"],
-                    p["name"], p["input_json"], 1,
-                )
-            )
-        else:
-            db.execute(
-                "INSERT INTO inbox (instance_id, message, visible_at) VALUES (?,?,?)",
-                (item.target, codec.encode(item.payload), item.visible_at),
-            )
-    return created
-
-
-def _filters(query: Query) -> tuple[str, list[Any]]:
-    where, args = ["1=1"], []
-    if query.entities is True:
-        where.append("instance_id LIKE '@%'")
-    elif query.entities is False:
-        where.append("instance_id NOT LIKE '@%'")
-    for column, op, value in (
-        ("created_at", ">=", query.created_from),
-        ("created_at", "<=", query.created_to),
-        ("updated_at", ">=", query.updated_from),
-        ("updated_at", "<=", query.updated_to),
-        ("instance_id", ">", query.continuation),
-    ):
-        if value is not None:
-            where.append(f"{column}{op}?")
-            args.append(value)
-    if query.statuses:
-        where.append(f"status IN ({','.join('?' * len(query.statuses))})")
-        args.extend(query.statuses)
-    if query.prefix:
-        where.append("substr(instance_id, 1, ?)=?")
-        args.extend([len(query.prefix), query.prefix])
-    return " AND ".join(where), args
-
-
-def _purge_ids(db: sqlite3.Connection, ids: list[str]) -> int:
-    count = 0
-    for instance_id in ids:
-        count += db.execute("DELETE FROM instances WHERE instance_id=?", (instance_id,)).rowcount
-        db.execute("DELETE FROM history WHERE instance_id=?", (instance_id,))
-        db.execute("DELETE FROM inbox WHERE instance_id=?", (instance_id,))
-        db.execute("DELETE FROM activities WHERE instance_id=?", (instance_id,))
-        db.execute("DELETE FROM attempts WHERE instance_id=?", (instance_id,))
-    return count

@@ -257,13 +257,13 @@ def fail_at_commit(kind: str, store: Any, monkeypatch: pytest.MonkeyPatch) -> No
     if kind == "sqlite":
         from durable_host.store import sqlite
 
-        original = sqlite._write_outbox
+        original = sqlite.write_outbox
 
         def write_then_fail(db: Any, episode: Episode) -> Any:
             original(db, episode)  # history, status and outbox are written in the transaction
             raise RuntimeError("injected failure before the commit")
 
-        monkeypatch.setattr(sqlite, "_write_outbox", write_then_fail)
+        monkeypatch.setattr(sqlite, "write_outbox", write_then_fail)
         return
 
     async def refuse(commit: Any, ops: Any) -> None:
@@ -538,14 +538,17 @@ def test_purge_removes_the_instance_its_history_inbox_and_work(run_store) -> Non
     run_store(body)
 
 
-def test_purge_many_removes_what_the_query_matches(run_store) -> None:
+def test_purge_many_removes_only_the_terminal_instances_the_query_matches(run_store) -> None:
     async def body(store: Any) -> None:
         await populated(store)
+        await store.fetch_messages("other", at(11))
+        await store.commit_episode("other", Episode(events=[event(5)], status="Failed"), at(11))
 
-        removed = await store.purge_many(Query(statuses=("Running",), prefix="job"))
-
-        assert removed == 2
-        assert ids(await store.query(Query())) == ["job-2", "other"]
+        assert await store.purge_many(Query(statuses=("Running",), prefix="job")) == 0
+        assert await store.purge_many(Query(created_from=at(0), prefix="job")) == 1
+        assert ids(await store.query(Query())) == ["job-1", "job-3", "other"]
+        assert await store.purge_many(Query(created_from=at(0), entities=None)) == 1
+        assert ids(await store.query(Query(entities=None))) == ["@counter@k", "job-1", "job-3"]
 
     run_store(body)
 
@@ -695,3 +698,13 @@ def test_a_store_opened_read_only_beside_the_owner_shares_its_secrets(
             await tool.close()
 
     asyncio.run(main())
+
+def test_ready_instances_come_in_arrival_order_not_id_order(run_store) -> None:
+    async def body(store: Any) -> None:
+        for instance_id in ("zulu", "alpha", "mike"):
+            await store.create_instance(record(instance_id), start_message(), NON_RUNNING)
+        await store.send("alpha", raised("later"), T0)  # a newer message changes nothing
+
+        assert await store.ready_instances(T0) == ["zulu", "alpha", "mike"]
+
+    run_store(body)

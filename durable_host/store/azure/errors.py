@@ -6,7 +6,13 @@ the store: the public methods of ``AzureStore`` are wrapped in ``translate_azure
 * ``StoreUnavailableError`` - Azure Storage did not answer within the retry budget (the
   engine retries the episode later).
 * ``StoreConflictError`` - another writer changed the instance since it was read.
-* ``HubLeaseLostError`` - this host no longer owns the task hub (a ``StoreLockedError``).
+* ``HubLeaseLostError`` - this host no longer owns the task hub (a ``StoreLostError``).
+* ``RequestRejectedError`` - the service refused a request as malformed or too large
+  (400, 413): the payload is at fault, not the storage, so it is *not* a ``StoreError``
+  and counts towards poison like any failure of the work itself.
+
+Every other error is a ``StoreError`` (``store/base.py``): the engine retries the work
+without counting the attempt.
 """
 
 from __future__ import annotations
@@ -22,14 +28,14 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 
-from durable_host.store.base import StoreLockedError
+from durable_host.store.base import StoreError, StoreLockedError, StoreLostError
 
 T = TypeVar("T")
 
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 
-class AzureStoreError(Exception):
+class AzureStoreError(StoreError):
     """Root of the Azure store's own errors."""
 
 
@@ -41,8 +47,15 @@ class StoreConflictError(AzureStoreError):
     """Another writer changed the instance since it was read; re-run the episode."""
 
 
-class HubLeaseLostError(StoreLockedError):
+class HubLeaseLostError(StoreLockedError, StoreLostError):
     """This host no longer owns the task hub; it must not write."""
+
+
+class RequestRejectedError(Exception):
+    """Azure Storage refused the request itself (400, 413): what was sent is at fault."""
+
+
+_REJECTED_STATUS = frozenset({400, 413})
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -65,6 +78,10 @@ def translate_azure_errors(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awa
         try:
             return await fn(*args, **kwargs)
         except AzureError as exc:
+            if status_of(exc) in _REJECTED_STATUS:
+                raise RequestRejectedError(
+                    f"Azure Storage refused {fn.__name__}: {exc}"
+                ) from exc
             raise AzureStoreError(f"Azure Storage rejected {fn.__name__}: {exc}") from exc
 
     return wrapper

@@ -1,15 +1,17 @@
-"""Lost responses on demand, for tests: ``DURABLE_HOST_AZURE_FAULTS="point[@n],..."``.
+"""Lost responses on demand, for tests: ``DURABLE_HOST_AZURE_FAULTS="point[@n|%p],..."``.
 
 After the n-th successful write at ``point`` (``commit``, ``complete``, ``send``, ``stage``;
 n defaults to 1) the store raises as if the response had been lost on the way back. Tests
-use it to prove that a retried write applies exactly once. The plan format and its parser
+use it to prove that a retried write applies exactly once. The point ``request`` fails a
+request of any kind before it is sent (a connection that could not be made). ``%p`` makes
+a point fire at p percent of its passes (``durable_host.faults``). The plan format and its parser
 are the host's one fault mechanism (``durable_host.faults``); this adds only the error an
 Azure client raises when a response is lost.
 """
 
 from __future__ import annotations
 
-from azure.core.exceptions import ServiceResponseError
+from azure.core.exceptions import ServiceRequestError, ServiceResponseError
 
 from durable_host import faults
 
@@ -24,3 +26,8 @@ class LostResponses(faults.FaultPlan):
     def hit(self, point: str) -> None:
         """Called after each successful write at ``point``."""
         self.lose(point, ServiceResponseError)
+
+    def refuse(self, point: str) -> None:
+        """Called before each request: fail it at a planned pass, as if it was never sent."""
+        if self:
+            self.fail(point, ServiceRequestError("fault injection: request not sent"))

@@ -12,6 +12,8 @@ a commit reported as failed that had applied), and work items never handed to th
 engine. It waits ``POLL_MIN`` before each scan, doubling up to ``POLL_MAX`` while nothing
 foreign turns up.
 
+A bulk purge removes terminal instances only (``codec.purgeable``), and checks the status
+again on the head it deletes If-Match, so an instance restarted meanwhile is kept.
 A purge first finishes the instance's last commit (so a parent waiting for its completion
 still receives it), then deletes the head If-Match - the point of no return - then every
 other row and the payload blobs.
@@ -29,7 +31,8 @@ from azure.core.exceptions import AzureError
 
 from durable_host import faults
 from durable_host import history as h
-from durable_host.records import ActivityWork, InstanceRecord, Query, QueryPage
+from durable_host.records import TERMINAL, ActivityWork, InstanceRecord, Query, QueryPage
+from durable_host.store import codec as store_codec
 from durable_host.store.azure.attempts import EpisodeAttempts
 from durable_host.store.azure.codec import (
     HEAD_ROW,
@@ -84,13 +87,14 @@ class HubScans:
             select=["PartitionKey", "RowKey", "VisibleAt", "Tok", "Src", "SrcSeq"],
         )
         heads: dict[str, Head | None] = {}
-        ready: set[str] = set()
+        oldest: dict[str, str] = {}  # partition -> row key of its oldest visible message
         for row in rows:
-            if row["PartitionKey"] in ready or (row.get("VisibleAt") or "") > now:
+            if row["PartitionKey"] in oldest or (row.get("VisibleAt") or "") > now:
                 continue
             if await self._commits.is_visible(row, heads):
-                ready.add(row["PartitionKey"])
-        return sorted(instance_id_of(p) for p in ready)
+                oldest[row["PartitionKey"]] = row["RowKey"]  # rows come in row key order
+        # Arrival order (inbox ids grow with time): work accepted first resumes first.
+        return [instance_id_of(p) for p in sorted(oldest, key=lambda p: (oldest[p], p))]
 
     async def next_due(self, now: str) -> str | None:
         rows = await self._tables.query(
@@ -165,13 +169,17 @@ class HubScans:
         return await self._purge_partition(partition_key(instance_id))
 
     async def purge_many(self, query: Query) -> int:
-        records = await self._matching(
-            Query(**{**_query_fields(query), "top": None, "continuation": None})
-        )
-        counts = [await self._purge_partition(partition_key(r.instance_id)) for r in records]
+        terminal = store_codec.purgeable(query)
+        if terminal is None:
+            return 0
+        records = await self._matching(terminal)
+        counts = [
+            await self._purge_partition(partition_key(r.instance_id), terminal_only=True)
+            for r in records
+        ]
         return sum(counts)
 
-    async def _purge_partition(self, partition: str) -> int:
+    async def _purge_partition(self, partition: str, terminal_only: bool = False) -> int:
         count = 0
         for _ in range(5):
             head = await self._tables.read_head(partition)
@@ -179,6 +187,8 @@ class HubScans:
             await self._commits.settle(partition, head)  # deliver what its last commit sent
             if head is None:
                 break
+            if terminal_only and head.row.get("Status") not in TERMINAL:
+                return 0
             faults.hit("store.before_commit")
             if await self._tables.delete_row(partition, HEAD_ROW, head.etag):
                 count = 1

@@ -144,6 +144,7 @@ class HubTables:
                         raise AzureStoreError("this store was opened read-only")
                     await self.lease.check()
                 async with self._in_flight:
+                    self.faults.refuse("request")
                     return await attempt()
             except AzureError as exc:
                 if not is_transient(exc):

@@ -75,7 +75,6 @@ class WorkItems:
 
     async def complete(self, work_id: int, instance_id: str, message: dict[str, Any]) -> bool:
         partition = partition_key(instance_id)
-        self.handed.discard(work_id)
         for _ in range(5):
             _, row = await self._rows.inbox_row(partition, message)
             row["N"] = uuid.uuid4().hex
@@ -86,6 +85,9 @@ class WorkItems:
                 write=True,
             )
             if done is not None:
+                # Handed until the completion is settled: a completion that failed is retried
+                # by the run that holds it, and ``poll`` must not start a second run meanwhile.
+                self.handed.discard(work_id)
                 if done:
                     self._partition_of.pop(work_id, None)
                 return done

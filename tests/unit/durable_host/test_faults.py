@@ -80,3 +80,21 @@ def test_the_process_plan_kills_the_process_at_the_nth_pass() -> None:
     assert done.returncode == -signal.SIGKILL
     assert done.stdout.split("\n")[:-1] == ["passed"]
     assert "fault injection: SIGKILL at x@2" in done.stderr
+
+
+def test_a_rate_fires_at_about_that_share_of_passes_and_replays_with_its_seed() -> None:
+    first, second = faults.FaultPlan("tx.*%5", seed=7), faults.FaultPlan("tx.*%5", seed=7)
+
+    fired = [first.due("tx.before") for _ in range(2000)]
+
+    assert 40 <= sum(1 for n in fired if n) <= 160
+    assert fired == [second.due("tx.before") for _ in range(2000)]
+    assert first.due("other") == 0
+
+
+def test_a_failure_point_raises_the_given_error() -> None:
+    plan = faults.FaultPlan("commit_episode.before@2")
+    plan.fail("commit_episode.before", LostResponse("full"))
+
+    with pytest.raises(LostResponse, match="full"):
+        plan.fail("commit_episode.before", LostResponse("full"))

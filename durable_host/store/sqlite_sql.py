@@ -1,0 +1,189 @@
+"""The SQL of the embedded store: its schema, rows as records, and the statements its
+transactions share. Pure functions of a connection; ``sqlite.py`` owns the transactions.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from durable_host.records import (
+    ActivityWork,
+    Episode,
+    InstanceRecord,
+    OutgoingKind,
+    Query,
+    RuntimeStatus,
+)
+from durable_host.store import codec
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS instances (
+    instance_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    status TEXT NOT NULL,
+    execution_id TEXT,
+    version TEXT,
+    input TEXT,
+    output TEXT,
+    custom_status TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    parent_instance_id TEXT,
+    entity_state TEXT,
+    entity_exists INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS instances_created ON instances(created_at);
+CREATE TABLE IF NOT EXISTS history (
+    instance_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    PRIMARY KEY (instance_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS inbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    instance_id TEXT NOT NULL,
+    message TEXT NOT NULL,
+    visible_at TEXT
+);
+CREATE INDEX IF NOT EXISTS inbox_instance ON inbox(instance_id, id);
+CREATE INDEX IF NOT EXISTS inbox_due ON inbox(visible_at) WHERE visible_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS attempts (
+    instance_id TEXT PRIMARY KEY,
+    count INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS activities (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    instance_id TEXT NOT NULL,
+    execution_id TEXT NOT NULL,
+    task_id INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    input TEXT,
+    dequeue_count INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS host_secrets (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+"""
+
+COLUMNS = (
+    "instance_id, name, status, execution_id, version, input, output, custom_status,"
+    " created_at, updated_at, parent_instance_id, entity_state, entity_exists"
+)
+
+
+def instance_record(row: tuple[Any, ...]) -> InstanceRecord:
+    return InstanceRecord(
+        instance_id=row[0],
+        name=row[1],
+        status=row[2],
+        execution_id=row[3],
+        version=row[4],
+        input_json=row[5],
+        output_json=row[6],
+        custom_status_json=row[7],
+        created_at=row[8],
+        updated_at=row[9],
+        parent_instance_id=row[10],
+        entity_state=row[11],
+        entity_exists=bool(row[12]),
+    )
+
+
+def delete_inbox(db: sqlite3.Connection, ids: list[int]) -> None:
+    db.executemany("DELETE FROM inbox WHERE id=?", [(i,) for i in ids])
+
+
+def update_instance(db: sqlite3.Connection, instance_id: str, episode: Episode, now: str) -> None:
+    if episode.replace_history:
+        db.execute(
+            "UPDATE instances SET execution_id=?, name=?, input=?, version=?,"
+            " parent_instance_id=?, output=NULL, custom_status=NULL WHERE instance_id=?",
+            (
+                episode.execution_id, episode.name, episode.input_json, episode.version,
+                codec.parent_instance_id(episode), instance_id,
+            ),
+        )
+        if db.execute("SELECT 1 FROM instances WHERE instance_id=?", (instance_id,)).fetchone() is None:
+            # Sub-orchestrations are created by their first episode, not by a client call.
+            db.execute(
+                f"INSERT INTO instances ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    instance_id, episode.name, RuntimeStatus.RUNNING, episode.execution_id,
+                    episode.version, episode.input_json, None, None, now, now,
+                    codec.parent_instance_id(episode), None, 0,
+                ),
+            )
+    sets, args = ["updated_at=?"], [now]
+    if episode.status is not None:
+        sets.append("status=?")
+        args.append(episode.status)
+    if codec.writes_output(episode):
+        sets.append("output=?")
+        args.append(episode.output_json)
+    if episode.custom_status_changed:
+        sets.append("custom_status=?")
+        args.append(episode.custom_status_json)
+    db.execute(f"UPDATE instances SET {', '.join(sets)} WHERE instance_id=?", (*args, instance_id))
+
+
+def write_outbox(db: sqlite3.Connection, episode: Episode) -> list[ActivityWork]:
+    created: list[ActivityWork] = []
+    for item in episode.outbox:
+        if item.kind == OutgoingKind.ACTIVITY:
+            p = item.payload
+            cursor = db.execute(
+                "INSERT INTO activities (instance_id, execution_id, task_id, name, input,"
+                " dequeue_count) VALUES (?,?,?,?,?,1)",
+                (p["instance_id"], p["execution_id"], p["task_id"], p["name"], p["input_json"]),
+            )
+            assert cursor.lastrowid is not None
+            created.append(
+                ActivityWork(
+                    cursor.lastrowid, p["instance_id"], p["execution_id"], p["task_id"],
+                    p["name"], p["input_json"], 1,
+                )
+            )
+        else:
+            db.execute(
+                "INSERT INTO inbox (instance_id, message, visible_at) VALUES (?,?,?)",
+                (item.target, codec.encode(item.payload), item.visible_at),
+            )
+    return created
+
+
+def filters(query: Query) -> tuple[str, list[Any]]:
+    where, args = ["1=1"], []
+    if query.entities is True:
+        where.append("instance_id LIKE '@%'")
+    elif query.entities is False:
+        where.append("instance_id NOT LIKE '@%'")
+    for column, op, value in (
+        ("created_at", ">=", query.created_from),
+        ("created_at", "<=", query.created_to),
+        ("updated_at", ">=", query.updated_from),
+        ("updated_at", "<=", query.updated_to),
+        ("instance_id", ">", query.continuation),
+    ):
+        if value is not None:
+            where.append(f"{column}{op}?")
+            args.append(value)
+    if query.statuses:
+        where.append(f"status IN ({','.join('?' * len(query.statuses))})")
+        args.extend(query.statuses)
+    if query.prefix:
+        where.append("substr(instance_id, 1, ?)=?")
+        args.extend([len(query.prefix), query.prefix])
+    return " AND ".join(where), args
+
+
+def purge_ids(db: sqlite3.Connection, ids: list[str]) -> int:
+    count = 0
+    for instance_id in ids:
+        count += db.execute("DELETE FROM instances WHERE instance_id=?", (instance_id,)).rowcount
+        db.execute("DELETE FROM history WHERE instance_id=?", (instance_id,))
+        db.execute("DELETE FROM inbox WHERE instance_id=?", (instance_id,))
+        db.execute("DELETE FROM activities WHERE instance_id=?", (instance_id,))
+        db.execute("DELETE FROM attempts WHERE instance_id=?", (instance_id,))
+    return count
