@@ -214,7 +214,7 @@ async def load_body(
             return None
     state = await read_session(client, session_id)
     document = ((state or {}).get("documents") or {}).get(ref)
-    if not document or document.get("type") != "note":
+    if not document or document.get("type") != "note" or document.get("deleted"):
         return None
     return str(document["data"]["text"])
 

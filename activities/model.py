@@ -22,7 +22,6 @@ activity returns the saved reply instead of paying for the same call again (``"r
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import uuid
@@ -33,7 +32,9 @@ import azure.durable_functions as df
 from adapters import model_provider
 from adapters.attempt_ledger import default_ledger
 from adapters.content_store import default_store
-from kernel import content, planner, tools
+from entities import session_pages
+from kernel import content, pages, planner, tools
+from kernel import session as session_core
 from kernel.model_io import ModelFailure, ModelIOError, ModelRequest, ModelResult, ModelSuccess
 from kernel.turn_policy import TurnLimits, TurnSettingsError
 
@@ -46,15 +47,16 @@ async def read_entries(
 ) -> list[dict[str, Any]]:
     """The transcript as this submission sees it: every message before its own user entry, and
     its own messages - never the entries of submissions queued behind it."""
-    state = await client.read_entity_state(df.EntityId("session", session_id))
-    raw = state.entity_state if state.entity_exists else None
-    data = json.loads(raw) if isinstance(raw, str) else raw
-    all_entries = list((data or {}).get("entries", []))
-    own = [e["n"] for e in all_entries if e.get("submission_id") == submission_id]
-    first = min(own) if own else len(all_entries) + 1
+    head = await session_pages.read_head(client, session_id)
+    if head is None:
+        return []
+    head = session_core.upgrade(head)
+    sub = head["submissions"].get(submission_id)
+    # The submission's own user entry; entries before it are everyone's, after it only its own.
+    first = sub["entry"] if sub is not None else session_core.view_counts(head)["entries"] + 1
     entries = [
-        e
-        for e in all_entries
+        dict(e)  # sealed pages are shared through a cache: never change their records
+        for e in pages.iter_records(head, "entries", session_pages.load_page)
         if (e["n"] < first or e.get("submission_id") == submission_id)
         and e.get("kind", TRANSCRIPT_KIND) == TRANSCRIPT_KIND
     ]

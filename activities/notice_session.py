@@ -97,7 +97,8 @@ async def notices_read(
     """``{session_id, plan_id, task_ids}`` -> ``{ok, plan: {version, data} | null, tasks}``."""
     state = await read_session(client, job["session_id"]) or {}
     document = (state.get("documents") or {}).get(job["plan_id"])
-    plan = {"version": document["version"], "data": document["data"]} if document else None
+    live = document and not document.get("deleted")
+    plan = {"version": document["version"], "data": document["data"]} if live else None
     tasks = state.get("tasks") or {}
     statuses = {tid: (tasks.get(tid) or {}).get("status") for tid in job.get("task_ids", [])}
     return {"ok": True, "plan": plan, "tasks": statuses}

@@ -26,8 +26,8 @@ once. A result above ``INLINE_RESULT_BYTES`` is stored in the content store and 
 "timeout"}``; its record keeps its lease until the tool really ends.
 
 Built-in tools: ``calculator``; ``read_document`` / ``write_document`` / ``delete_document`` (the
-session's ``note`` documents, one per title, ``kernel.tools.note_document_id``; a deleted note
-is an empty note until the session core can delete documents); ``append_ledger`` appends one
+session's ``note`` documents, one per title, ``kernel.tools.note_document_id``; a delete writes
+the document's tombstone version); ``append_ledger`` appends one
 line to the file ``AGENT_TOOL_LEDGER_FILE`` (default ``.durable/tool-ledger.txt``) - unsafe,
 every run adds a line. ``send_notices`` does not run here: its execution is the
 ``send_notices`` sub-orchestration.
@@ -243,7 +243,7 @@ async def _delete_document(args: dict[str, Any], env: ToolEnv) -> Outcome:
     change = {
         "id": tools.note_document_id(title),
         "type": "note",
-        "data": {"title": document["data"]["title"], "text": ""},
+        "delete": True,
         "expected_version": document["version"],
     }
     return Outcome({"ok": True, "title": title, "deleted": True}, [change])
@@ -254,8 +254,10 @@ async def _note(env: ToolEnv, title: str) -> dict[str, Any] | None:
     raw = state.entity_state if state.entity_exists else None
     data = (json.loads(raw) if isinstance(raw, str) else raw) or {}
     document = data.get("documents", {}).get(tools.note_document_id(title))
-    # An empty note is a deleted one (see the module docstring).
-    if document is None or document.get("type") != "note" or not document["data"].get("text"):
+    # A tombstone is a deleted note; so is an empty one, which is how older versions deleted.
+    if document is None or document.get("type") != "note" or document.get("deleted"):
+        return None
+    if not document["data"].get("text"):
         return None
     return document
 
