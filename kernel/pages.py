@@ -9,10 +9,15 @@ the page texts to store; the entity shell stores them (content-addressed, idempo
 before ``put`` returns) and only then sets the head that references them. A crash between the
 two leaves an orphan page, which is harmless.
 
-The head lists every page of each log in ``state["pages"][log]`` as ``{first, last, count,
-ref}`` (``first`` / ``last``: the entry number, cursor or acceptance entry of the page's first
-and last record). Readers take a ``load(ref) -> dict`` callable (the content store behind a
-cache: pages never change) and walk the directory, then the head's tail.
+The head's directory ``state["pages"][log]`` lists each log's pages, oldest first, as
+``{first, last, count, level, ref}`` (``first`` / ``last``: the entry number, cursor or
+acceptance entry of the first and last record below it). A level-0 item is a page of records;
+a level-k item is an *index page* listing ``F`` items of level k-1 (``FANOUT``). When a
+directory holds ``2F`` items of one level, the oldest ``F`` of them are sealed into one item of
+the next level, so a directory holds fewer than ``2F`` items per level and its size grows with
+the logarithm of the session, not with the session. Readers take a ``load(ref) -> dict``
+callable (the content store behind a cache: pages never change), walk the directory (one page
+per level to reach a record), then the head's tail.
 
 Sealing rules (``page_size`` = P, from the entity's settings, at least 2):
 * entries, changes and document history rows: when the head holds 2P records of a log, the
@@ -26,7 +31,6 @@ Sealing rules (``page_size`` = P, from the entity's settings, at least 2):
 from __future__ import annotations
 
 import json
-from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -37,6 +41,7 @@ State = dict[str, Any]
 Loader = Callable[[str], dict[str, Any]]
 
 DEFAULT_PAGE_SIZE = 32
+FANOUT = 8
 LOGS = ("entries", "changes", "document_history", "submissions")
 _KEY = {"entries": "n", "changes": "cursor", "document_history": "cursor"}
 _FINAL = frozenset({"completed", "failed", "cancelled"})
@@ -87,7 +92,30 @@ def _add_page(
     text = page_text(log, head["session_id"], records)
     ref = content_ref(text)
     pages[ref] = text
-    head["pages"][log].append({"first": first, "last": last, "count": len(records), "ref": ref})
+    directory = head["pages"][log]
+    directory.append({"first": first, "last": last, "count": len(records), "level": 0, "ref": ref})
+    _fold(head["session_id"], log, directory, pages)
+
+
+def _fold(session_id: str, log: str, directory: list[dict[str, Any]], pages: dict[str, str]) -> None:
+    """Seal the oldest ``FANOUT`` items of any level that has ``2 * FANOUT`` into one index page
+    of the next level. Levels only decrease along the directory, so it stays in key order."""
+    level = 0
+    while True:
+        at = [i for i, item in enumerate(directory) if item.get("level", 0) == level]
+        if not at:
+            return
+        if len(at) >= 2 * FANOUT:
+            children = [directory[i] for i in at[:FANOUT]]
+            text = page_text(f"{log}/index", session_id, children)
+            ref = content_ref(text)
+            pages[ref] = text
+            item = {
+                "first": children[0]["first"], "last": children[-1]["last"],
+                "count": sum(c["count"] for c in children), "level": level + 1, "ref": ref,
+            }  # fmt: skip
+            directory[at[0] : at[FANOUT - 1] + 1] = [item]
+        level += 1
 
 
 def _roots(tasks: dict[str, Any]) -> dict[str, str]:
@@ -153,22 +181,36 @@ def _page_records(load: Loader, ref: str, log: str) -> list[Any]:
     return records
 
 
+def _leaves(
+    items: list[dict[str, Any]], log: str, after: int, load: Loader | None, reverse: bool = False
+) -> Iterator[list[Any]]:
+    """The records of each level-0 page below ``items`` holding a key > ``after``, in key
+    order (``reverse``: newest page first)."""
+    ordered = reversed(items) if reverse else items
+    for item in ordered:
+        if item["last"] <= after:
+            continue
+        if load is None:
+            raise CursorExpiredError(
+                "cursor_expired",
+                f"{log} up to {item['last']} are in sealed pages: read them through the API",
+                "after",
+            )
+        if item.get("level", 0) == 0:
+            yield _page_records(load, item["ref"], log)
+        else:
+            yield from _leaves(_page_records(load, item["ref"], f"{log}/index"), log, after, load,
+                               reverse)
+
+
 def records_after(
     state: State, log: str, after: int, limit: int, load: Loader | None
 ) -> list[dict[str, Any]]:
     """Up to ``limit`` records of ``log`` whose key is > ``after``, oldest first (copies)."""
     key = _KEY[log]
     found: list[dict[str, Any]] = []
-    directory = state["pages"][log]
-    start = bisect_left([p["last"] for p in directory], after + 1)
-    for page in directory[start:]:
-        if load is None:
-            raise CursorExpiredError(
-                "cursor_expired",
-                f"{log} up to {page['last']} are in sealed pages: read them through the API",
-                "after",
-            )
-        for record in _page_records(load, page["ref"], log):
+    for records in _leaves(state["pages"][log], log, after, load):
+        for record in records:
             if record[key] > after:
                 found.append(record)
                 if len(found) >= limit:
@@ -183,18 +225,16 @@ def records_after(
 
 def iter_records(state: State, log: str, load: Loader | None) -> Iterator[dict[str, Any]]:
     """Every record of ``log``, oldest first: the pages, then the head's tail (not copies)."""
-    for page in state["pages"][log]:
-        if load is None:
-            raise ValueError("reading sealed pages needs a loader")
-        yield from _page_records(load, page["ref"], log)
+    for records in _leaves(state["pages"][log], log, -1, load):
+        yield from records
     if log != "submissions":
         yield from state[log]
 
 
 def sealed_submission(state: State, sub_id: str, load: Loader) -> dict[str, Any] | None:
     """The sealed record ``{submission, tasks}`` of a submission, newest pages first."""
-    for page in reversed(state["pages"]["submissions"]):
-        for record in _page_records(load, page["ref"], "submissions"):
+    for records in _leaves(state["pages"]["submissions"], "submissions", -1, load, reverse=True):
+        for record in records:
             if record["submission"]["id"] == sub_id:
                 return json.loads(json.dumps(record))
     return None
