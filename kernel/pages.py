@@ -26,6 +26,11 @@ Sealing rules (``page_size`` = P, from the entity's settings, at least 2):
   holds 2S settled ones (S = max(1, P // 8)), the oldest S (in acceptance order) become one
   page together with their task records. Active and queued submissions, and any submission
   with a non-terminal task, stay in the head.
+* finished parts of a long turn: a subtree of tasks hanging off a turn task (a round with its
+  model call and tool tasks) whose every task is terminal is *done*; when the head holds 2R done
+  subtrees (R = max(1, P // 4)), the oldest R become one ``tasks`` page (records ``{seq,
+  root, tasks}``), so a turn of 1,000 rounds keeps only its recent rounds in the head. The turn
+  task's ``children`` still lists them.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ Loader = Callable[[str], dict[str, Any]]
 
 DEFAULT_PAGE_SIZE = 32
 FANOUT = 8
-LOGS = ("entries", "changes", "document_history", "submissions")
+LOGS = ("entries", "changes", "document_history", "submissions", "tasks")
 _KEY = {"entries": "n", "changes": "cursor", "document_history": "cursor"}
 _FINAL = frozenset({"completed", "failed", "cancelled"})
 _TERMINAL = frozenset({"completed", "failed", "cancelled", "interrupted"})
@@ -62,9 +67,15 @@ def submission_page_size(page_size: int) -> int:
     return max(1, page_size // 8)
 
 
+def task_page_size(page_size: int) -> int:
+    return max(1, page_size // 4)
+
+
 def needs_seal(state: State, page_size: int) -> bool:
-    return any(len(state[log]) >= 2 * page_size for log in _KEY) or (
-        len(_settled(state)) >= 2 * submission_page_size(page_size)
+    return (
+        any(len(state[log]) >= 2 * page_size for log in _KEY)
+        or len(_settled(state)) >= 2 * submission_page_size(page_size)
+        or len(_done_subtrees(state)) >= 2 * task_page_size(page_size)
     )
 
 
@@ -83,6 +94,7 @@ def seal(state: State, page_size: int = DEFAULT_PAGE_SIZE) -> tuple[State, dict[
             records, head[log] = head[log][:size], head[log][size:]
             _add_page(head, pages, log, records, records[0][key], records[-1][key])
     _seal_submissions(head, pages, submission_page_size(size))
+    _seal_subtrees(head, pages, task_page_size(size))
     return head, pages
 
 
@@ -170,6 +182,48 @@ def _seal_submissions(head: State, pages: dict[str, str], per_page: int) -> None
         _add_page(head, pages, "submissions", records, batch[0]["entry"], batch[-1]["entry"])
 
 
+def _done_subtrees(state: State) -> list[list[str]]:
+    """Terminal subtrees hanging off turn tasks, oldest first: ``[[root, *descendants]]``."""
+    tasks = state["tasks"]
+    done: list[list[str]] = []
+    for turn in tasks.values():
+        if turn["kind"] != "turn" or turn["parent"] is not None:
+            continue
+        for child in turn["children"]:
+            members = _subtree(tasks, child)
+            if members and all(tasks[t]["status"] in _TERMINAL for t in members):
+                done.append(members)
+    return done
+
+
+def _subtree(tasks: dict[str, Any], root: str) -> list[str]:
+    if root not in tasks:
+        return []  # sealed already
+    members, stack = [], [root]
+    while stack:
+        current = stack.pop()
+        if current in tasks:
+            members.append(current)
+            stack.extend(reversed(tasks[current]["children"]))
+    return members
+
+
+def _seal_subtrees(head: State, pages: dict[str, str], per_page: int) -> None:
+    done = _done_subtrees(head)
+    if len(done) < 2 * per_page:
+        return
+    seq = head["counts"].get("sealed_task_trees", 0)
+    while len(done) >= 2 * per_page:
+        batch, done = done[:per_page], done[per_page:]
+        records = []
+        for members in batch:
+            seq += 1
+            records.append({"seq": seq, "root": members[0],
+                            "tasks": {t: head["tasks"].pop(t) for t in members}})
+        _add_page(head, pages, "tasks", records, records[0]["seq"], records[-1]["seq"])
+    head["counts"]["sealed_task_trees"] = seq
+
+
 # --- reading across pages ------------------------------------------------------------------
 
 
@@ -224,10 +278,12 @@ def records_after(
 
 
 def iter_records(state: State, log: str, load: Loader | None) -> Iterator[dict[str, Any]]:
-    """Every record of ``log``, oldest first: the pages, then the head's tail (not copies)."""
+    """Every record of ``log``, oldest first: the pages, then the head's tail (not copies).
+
+    For ``submissions`` and ``tasks`` only the sealed records: the head's are its own maps."""
     for records in _leaves(state["pages"][log], log, -1, load):
         yield from records
-    if log != "submissions":
+    if log in _KEY:
         yield from state[log]
 
 

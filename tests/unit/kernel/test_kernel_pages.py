@@ -174,13 +174,51 @@ def test_a_sealed_submission_is_found_by_id_with_its_tasks() -> None:
     assert first not in s.state["submissions"]
     record = pages.sealed_submission(s.state, first, s.load)
     assert record is not None and record["submission"]["status"] == "completed"
-    assert set(record["tasks"]) == {
-        ids.turn_instance_id("s1", first), f"{first}:tool:1:0", f"{first}:tool:1:1",
-    }  # fmt: skip
+    turn = ids.turn_instance_id("s1", first)
+    assert turn in record["tasks"]
+    # Its finished tool subtrees may have been sealed earlier, on their own pages.
+    trees = [t for r in pages.iter_records(s.state, "tasks", s.load) for t in r["tasks"]]
+    assert {f"{first}:tool:1:0", f"{first}:tool:1:1"} <= set(record["tasks"]) | set(trees)
     view = session.sealed_submission_view(s.state, first, s.load)
     assert view is not None and view["position"] is None and view["answer"] == "a"
     assert set(pages.sealed_submission_ids(s.state, s.load)) >= {first}
     assert pages.sealed_submission(s.state, "nope", s.load) is None
+
+
+def test_a_long_turn_keeps_only_its_recent_finished_rounds_in_the_head() -> None:
+    s = Sealed(page_size=8)
+    accepted = s.run("accept", {"request_id": "long", "text": "q"})
+    sub, turn = accepted["submission_id"], accepted["turn_instance_id"]
+    for r in range(1, 41):
+        round_id = f"{turn}:run:round-{r}"
+        s.run("commit", {"submission_id": sub, "tasks": [
+            {"id": round_id, "kind": "round", "parent": turn, "status": "running"},
+            {"id": f"{round_id}:model", "kind": "model", "parent": round_id,
+             "status": "completed"}]})  # fmt: skip
+        s.run("commit", {"submission_id": sub, "tasks": [{"id": round_id, "status": "completed"}]})
+
+    head = s.state
+    assert len(head["tasks"]) < 1 + 2 * 2 * 2  # the turn and fewer than 2R done rounds of 2
+    assert len(head["tasks"][turn]["children"]) == 40
+    trees = list(pages.iter_records(head, "tasks", s.load))
+    assert [t["seq"] for t in trees] == list(range(1, len(trees) + 1))
+    sealed = {t for tree in trees for t in tree["tasks"]}
+    assert sealed | set(head["tasks"]) == {turn} | {
+        f"{turn}:run:round-{r}{suffix}" for r in range(1, 41) for suffix in ("", ":model")
+    }
+
+
+def test_an_open_round_is_never_sealed() -> None:
+    s = Sealed(page_size=4)
+    accepted = s.run("accept", {"request_id": "long", "text": "q"})
+    sub, turn = accepted["submission_id"], accepted["turn_instance_id"]
+    s.run("commit", {"submission_id": sub, "tasks": [
+        {"id": f"{turn}:open", "kind": "round", "parent": turn, "status": "running"}]})
+    for r in range(20):
+        s.run("commit", {"submission_id": sub, "tasks": [
+            {"id": f"{turn}:r{r}", "kind": "round", "parent": turn, "status": "completed"}]})
+
+    assert f"{turn}:open" in s.state["tasks"] and len(s.state["tasks"]) < 8
 
 
 def test_page_texts_are_canonical_so_equal_pages_share_a_ref() -> None:

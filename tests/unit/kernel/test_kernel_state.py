@@ -62,7 +62,7 @@ def test_non_utc_timestamps_are_rejected(value: object) -> None:
 
 
 V3_ADDITIONS = {
-    "pages": {"entries": [], "changes": [], "document_history": [], "submissions": []},
+    "pages": {"entries": [], "changes": [], "document_history": [], "submissions": [], "tasks": []},
     "counts": {"sealed_submissions": 0},
 }
 
