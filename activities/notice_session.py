@@ -22,6 +22,7 @@ from typing import Any
 import azure.durable_functions as df
 
 from activities.mail import MailConfig, load_body, read_session
+from entities import session_pages
 from kernel.task_types import NoticeSettings
 
 bp = df.Blueprint()
@@ -96,7 +97,7 @@ async def notices_read(
 ) -> dict[str, Any]:
     """``{session_id, plan_id, task_ids}`` -> ``{ok, plan: {version, data} | null, tasks}``."""
     state = await read_session(client, job["session_id"]) or {}
-    document = (state.get("documents") or {}).get(job["plan_id"])
+    document = session_pages.document(state, job["plan_id"])
     live = document and not document.get("deleted")
     plan = {"version": document["version"], "data": document["data"]} if live else None
     tasks = state.get("tasks") or {}

@@ -55,6 +55,7 @@ import azure.durable_functions as df
 
 from adapters.attempt_ledger import AttemptLedger, attempt_state, default_ledger
 from adapters.content_store import default_store
+from entities import session_pages
 from kernel import calculator, tools
 from kernel.turn_policy import replay_decision
 
@@ -250,10 +251,8 @@ async def _delete_document(args: dict[str, Any], env: ToolEnv) -> Outcome:
 
 
 async def _note(env: ToolEnv, title: str) -> dict[str, Any] | None:
-    state = await env.client.read_entity_state(df.EntityId("session", env.session_id))
-    raw = state.entity_state if state.entity_exists else None
-    data = (json.loads(raw) if isinstance(raw, str) else raw) or {}
-    document = data.get("documents", {}).get(tools.note_document_id(title))
+    head = await session_pages.read_head(env.client, env.session_id)
+    document = session_pages.document(head, tools.note_document_id(title))
     # A tombstone is a deleted note; so is an empty one, which is how older versions deleted.
     if document is None or document.get("type") != "note" or document.get("deleted"):
         return None

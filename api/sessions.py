@@ -289,9 +289,9 @@ async def get_submission(
         state = await read_state(client, session_id)
         if state is not None and submission_id in state.get("submissions", {}):
             return reply(core.submission_view(state, submission_id))
-        sealed = core.sealed_submission_view(state, submission_id, session_pages.load_page)
+        sealed = session_pages.sealed_submission(state, submission_id)
         if sealed is not None:
-            return reply(sealed)
+            return reply({**sealed["submission"], "position": None})
         return reply(await unheld_submission(client, session_id, submission_id))
     except KernelError as exc:
         return failure(exc)

@@ -82,6 +82,8 @@ def handle(
         if sealed is not None:
             return Outcome(None, {"ok": True, "result": sealed})
         base = state if state is not None else core.new_state(session_id, now)
+        if op == "commit":
+            base = with_named_documents(base, request)
         new, result = core.apply(base, op, request if request is not None else {}, now)
     except KernelError as exc:
         return _failure(exc)
@@ -91,9 +93,20 @@ def handle(
     return Outcome(sealed_head(new), {"ok": True, "result": result})
 
 
+def with_named_documents(state: dict[str, Any], request: Any) -> dict[str, Any]:
+    """The state with the documents a commit names put back from their bucket pages, so the
+    reducer checks versions and types against them (``kernel.pages.with_documents``)."""
+    if not isinstance(request, dict) or not isinstance(request.get("documents"), list):
+        return state
+    named = [d["id"] for d in request["documents"] if isinstance(d, dict) and isinstance(d.get("id"), str)]
+    if not named or not state.get("document_buckets"):
+        return state
+    return pages.with_documents(core.upgrade(state), named, session_pages.load_page)
+
+
 def sealed_head(state: dict[str, Any]) -> dict[str, Any]:
     """``state`` with its old records sealed; the pages and markers are durable on return."""
-    head, texts = core.seal(state, session_pages.page_size())
+    head, texts = core.seal(state, session_pages.page_size(), session_pages.load_page)
     if not texts:
         return head
     session_pages.store_pages(texts)
@@ -125,10 +138,8 @@ def _sealed_answer(state: dict[str, Any] | None, op: str, request: Any) -> Any:
     if state is None or not (state.get("counts") or {}).get("sealed_submissions"):
         return None
     sub_id = _target_submission(state, op, request)
-    if sub_id is None or not session_pages.has_content(pages.submission_marker(state, sub_id)):
-        return None
-    record = pages.sealed_submission(state, sub_id, session_pages.load_page)
-    if record is None:
+    record = None if sub_id is None else session_pages.sealed_submission(state, sub_id)
+    if sub_id is None or record is None:
         return None
     sub = record["submission"]
     if sub["status"] not in FINAL_STATUSES:  # only settled submissions are sealed

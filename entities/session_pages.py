@@ -22,6 +22,7 @@ from typing import Any
 import azure.durable_functions as df
 
 from adapters.content_store import ContentNotFound, default_store
+from kernel import pages
 from kernel.content import content_ref
 from kernel.pages import DEFAULT_PAGE_SIZE
 
@@ -68,6 +69,26 @@ def has_content(text: str) -> bool:
     except ContentNotFound:
         return False
     return True
+
+
+def sealed_submission(state: dict[str, Any] | None, sub_id: str) -> dict[str, Any] | None:
+    """The sealed record ``{submission, tasks}`` of ``sub_id``, or None. A submission the session
+    never sealed costs one content-store lookup (its marker), not a scan of the pages."""
+    if state is None or not (state.get("counts") or {}).get("sealed_submissions"):
+        return None
+    if not has_content(pages.submission_marker(state, sub_id)):
+        return None
+    return pages.sealed_submission(state, sub_id, load_page)
+
+
+def document(state: dict[str, Any] | None, doc_id: str) -> dict[str, Any] | None:
+    """A document's latest record: the head's, else its bucket page's (``kernel.pages``)."""
+    if state is None:
+        return None
+    held = (state.get("documents") or {}).get(doc_id)
+    if held is not None or not state.get("document_buckets"):
+        return held
+    return pages.sealed_document(state, doc_id, load_page)
 
 
 async def read_head(

@@ -188,6 +188,9 @@ def _check(
 
 def _write(state: dict[str, Any], doc_id: str, record: dict[str, Any], op: str) -> dict[str, Any]:
     state["documents"][doc_id] = record
+    # Live documents, counted here because older ones may sit in sealed pages (kernel.pages).
+    counts = state.setdefault("counts", {})
+    counts["documents"] = counts.get("documents", 0) + {"create": 1, "delete": -1}.get(op, 0)
     # Mutating operations bump the cursor by exactly one (kernel.changes).
     row = {"id": doc_id, "version": record["version"], "cursor": state["cursor"] + 1, "op": op}
     state["document_history"].append(row)

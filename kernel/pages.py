@@ -26,6 +26,14 @@ Sealing rules (``page_size`` = P, from the entity's settings, at least 2):
   holds 2S settled ones (S = max(1, P // 8)), the oldest S (in acceptance order) become one
   page together with their task records. Active and queued submissions, and any submission
   with a non-terminal task, stay in the head.
+* documents: when the head holds 2P documents, all but the P most recently written move into
+  ``DOCUMENT_BUCKETS`` bucket pages by a hash of their id (``document_bucket``); a bucket page
+  maps id -> record and is rewritten (as a new page) when documents join it. The head lists
+  ``document_buckets`` ``{bucket: {ref, count}}``. A document in the head shadows its older
+  copy in a bucket. This needs the current bucket pages, so ``seal`` takes ``load`` (pages are
+  immutable and addressed by their hash, so reading them keeps ``seal`` deterministic); without
+  it documents stay in the head. Before a commit, the entity puts the documents it names back
+  into the head (``with_documents``), so the reducers see every document they check.
 * finished parts of a long turn: a subtree of tasks hanging off a turn task (a round with its
   model call and tool tasks) whose every task is terminal is *done*; when the head holds 2R done
   subtrees (R = max(1, P // 4)), the oldest R become one ``tasks`` page (records ``{seq,
@@ -35,6 +43,7 @@ Sealing rules (``page_size`` = P, from the entity's settings, at least 2):
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -47,6 +56,7 @@ Loader = Callable[[str], dict[str, Any]]
 
 DEFAULT_PAGE_SIZE = 32
 FANOUT = 8
+DOCUMENT_BUCKETS = 32
 LOGS = ("entries", "changes", "document_history", "submissions", "tasks")
 _KEY = {"entries": "n", "changes": "cursor", "document_history": "cursor"}
 _FINAL = frozenset({"completed", "failed", "cancelled"})
@@ -57,7 +67,7 @@ def empty_directory() -> dict[str, list[dict[str, Any]]]:
     return {log: [] for log in LOGS}
 
 
-def page_text(log: str, session_id: str, records: list[Any]) -> str:
+def page_text(log: str, session_id: str, records: Any) -> str:
     """The canonical text of a page: equal records give the equal text, hence the equal ref."""
     body = {"log": log, "session_id": session_id, "records": records}
     return json.dumps(body, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
@@ -71,21 +81,25 @@ def task_page_size(page_size: int) -> int:
     return max(1, page_size // 4)
 
 
-def needs_seal(state: State, page_size: int) -> bool:
+def needs_seal(state: State, page_size: int, load: Loader | None = None) -> bool:
     return (
         any(len(state[log]) >= 2 * page_size for log in _KEY)
+        or (load is not None and len(state["documents"]) >= 2 * page_size)
         or len(_settled(state)) >= 2 * submission_page_size(page_size)
         or len(_done_subtrees(state)) >= 2 * task_page_size(page_size)
     )
 
 
-def seal(state: State, page_size: int = DEFAULT_PAGE_SIZE) -> tuple[State, dict[str, str]]:
+def seal(
+    state: State, page_size: int = DEFAULT_PAGE_SIZE, load: Loader | None = None
+) -> tuple[State, dict[str, str]]:
     """Move what is old out of the head: ``(new head, {ref: page text})``.
 
     Returns ``state`` itself and no pages when nothing is due. Never mutates ``state``.
+    ``load`` reads existing pages (needed to move documents into their bucket pages).
     """
     size = max(2, int(page_size))
-    if not needs_seal(state, size):
+    if not needs_seal(state, size, load):
         return state, {}
     head = json.loads(json.dumps(state))
     pages: dict[str, str] = {}
@@ -95,7 +109,68 @@ def seal(state: State, page_size: int = DEFAULT_PAGE_SIZE) -> tuple[State, dict[
             _add_page(head, pages, log, records, records[0][key], records[-1][key])
     _seal_submissions(head, pages, submission_page_size(size))
     _seal_subtrees(head, pages, task_page_size(size))
+    if load is not None:
+        _seal_documents(head, pages, size, load)
     return head, pages
+
+
+def document_bucket(doc_id: str) -> str:
+    digest = hashlib.sha256(doc_id.encode("utf-8")).digest()
+    return str(int.from_bytes(digest[:4], "big") % DOCUMENT_BUCKETS)
+
+
+def _seal_documents(head: State, pages: dict[str, str], keep: int, load: Loader) -> None:
+    docs = head["documents"]
+    if len(docs) < 2 * keep:
+        return
+    by_age = sorted(docs, key=lambda d: (docs[d]["updated_at"], d))
+    moving: dict[str, list[str]] = {}
+    for doc_id in by_age[: len(docs) - keep]:
+        moving.setdefault(document_bucket(doc_id), []).append(doc_id)
+    buckets = head["document_buckets"]
+    for bucket, doc_ids in sorted(moving.items()):
+        item = buckets.get(bucket)
+        records: dict[str, Any] = {}
+        if item is not None:
+            records.update(_bucket_records(load, item["ref"]))
+        for doc_id in doc_ids:
+            records[doc_id] = docs.pop(doc_id)
+        text = page_text("documents", head["session_id"], records)
+        ref = content_ref(text)
+        pages[ref] = text
+        buckets[bucket] = {"ref": ref, "count": len(records)}
+
+
+def _bucket_records(load: Loader, ref: str) -> dict[str, Any]:
+    page = load(ref)
+    if not isinstance(page, dict) or page.get("log") != "documents":
+        raise ValueError(f"content {ref} is not a documents page")
+    records: dict[str, Any] = page["records"]
+    return records
+
+
+def sealed_document(state: State, doc_id: str, load: Loader) -> dict[str, Any] | None:
+    """A document's record from its bucket page (the head's copy, if any, is newer)."""
+    item = (state.get("document_buckets") or {}).get(document_bucket(doc_id))
+    if item is None:
+        return None
+    record = _bucket_records(load, item["ref"]).get(doc_id)
+    return None if record is None else json.loads(json.dumps(record))
+
+
+def with_documents(state: State, doc_ids: list[str], load: Loader) -> State:
+    """``state`` with the named documents that only a bucket holds put back into the head
+    (a copy; ``state`` itself when there is nothing to put back)."""
+    found = {}
+    for doc_id in doc_ids:
+        if doc_id in state["documents"] or doc_id in found:
+            continue
+        record = sealed_document(state, doc_id, load)
+        if record is not None:
+            found[doc_id] = record
+    if not found:
+        return state
+    return {**state, "documents": {**state["documents"], **found}}
 
 
 def _add_page(

@@ -102,7 +102,7 @@ def view_counts(state: State) -> dict[str, Any]:
     return {
         "entries": last_entry_number(current),
         "submissions": len(current["submissions"]) + sealed["submissions"],
-        "documents": sum(1 for d in current["documents"].values() if not d.get("deleted")),
+        "documents": current["counts"]["documents"],
         "sealed": sealed,
     }
 

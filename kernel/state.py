@@ -57,7 +57,8 @@ def new_state(session_id: str, now: str) -> State:
         "changes": [],
         "changes_from": 1,
         "pages": empty_directory(),
-        "counts": {"sealed_submissions": 0},
+        "document_buckets": {},
+        "counts": {"sealed_submissions": 0, "documents": 0},
     }
 
 
@@ -86,7 +87,9 @@ def _v2_to_v3(state: State) -> State:
     changes = state["changes"]
     state["changes_from"] = changes[0]["cursor"] if changes else state["cursor"] + 1
     state["pages"] = empty_directory()
-    state["counts"] = {"sealed_submissions": 0}
+    state["document_buckets"] = {}
+    live = sum(1 for doc in state["documents"].values() if not doc.get("deleted"))
+    state["counts"] = {"sealed_submissions": 0, "documents": live}
     state["schema_version"] = 3
     return state
 

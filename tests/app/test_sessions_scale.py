@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from kernel import tools
 from tests.app.conftest import kernel_env
 from tests.app.turn_support import submit, wait_final
 from tests.harness import ROOT, WEBHOOK, HostProcess, store_spec_for, store_specs
@@ -125,6 +126,16 @@ def test_a_sealed_submission_is_readable_and_a_retry_is_a_duplicate(long_session
     )
     assert retry.status == 202 and retry.json()["duplicate"] is True
     assert retry.json()["submissionId"] == subs[0]
+
+
+def test_a_tool_reads_a_note_sealed_into_a_bucket_page(long_session: Any) -> None:
+    host, _ = long_session
+    assert tools.note_document_id("n1") not in get(host, f"/api/sessions/{SESSION}")["documents"]
+
+    sub = submit(host, SESSION, "recall n1", request_id="recall")
+    final = wait_final(host, SESSION, sub, timeout=60)
+
+    assert final["status"] == "completed" and "value 1" in final["answer"], final
 
 
 def test_delete_purges_the_instances_of_sealed_submissions_too(long_session: Any) -> None:

@@ -91,3 +91,20 @@ def test_markers_belong_to_one_incarnation_of_a_session() -> None:
 
     reborn = {**e.state, "created_at": "2026-01-01T00:00:00Z"}
     assert not session_pages.has_content(pages.submission_marker(reborn, first))
+
+
+def test_a_commit_to_a_document_sealed_in_a_bucket_checks_its_real_version() -> None:
+    e = Entity()
+    for i in range(12):
+        e("commit", {"documents": [{"id": f"d{i}", "type": "json", "data": i}]})
+    assert e.state is not None and "d0" not in e.state["documents"]
+
+    stale = e("commit", {"documents": [{"id": "d0", "type": "json", "data": 9,
+                                        "expected_version": 0}]})  # fmt: skip
+    fresh = e("commit", {"documents": [{"id": "d0", "type": "json", "data": 9,
+                                        "expected_version": 1}]})  # fmt: skip
+
+    assert stale["ok"] is False and stale["error"]["error"] == "version_conflict"
+    assert fresh["ok"] is True and fresh["result"]["document_versions"] == {"d0": 2}
+    assert session_pages.document(e.state, "d0")["data"] == 9
+    assert session_pages.document(e.state, "d1")["data"] == 1

@@ -277,3 +277,48 @@ def test_a_delete_carries_no_data_and_a_write_needs_data() -> None:
         session.commit(state, {"documents": [tombstone(data={"title": "x", "text": ""})]}, T0)
     with pytest.raises(ValidationError, match="missing_field"):
         session.commit(state, {"documents": [{"id": "n1", "type": "note"}]}, T0)
+
+
+# --- documents in bucket pages -------------------------------------------------------------
+
+
+def test_cold_documents_move_into_bucket_pages_and_stay_readable() -> None:
+    state = session.new_state("s1", T0)
+    store: dict[str, str] = {}
+    load = lambda ref: json.loads(store[ref])  # noqa: E731
+    for i in range(60):
+        at = f"2025-01-01T00:00:{i:02d}Z"
+        doc = {"id": f"d{i}", "type": "json", "data": {"i": i}}
+        state, _ = session.commit(state, {"documents": [doc]}, at)
+        state, texts = session.seal(state, 4, load)
+        store.update(texts)
+
+    assert len(state["documents"]) < 8 and "d59" in state["documents"]
+    assert session.view_counts(state)["documents"] == 60
+    assert sum(b["count"] for b in state["document_buckets"].values()) == 60 - len(
+        state["documents"]
+    )
+    assert pages.sealed_document(state, "d3", load)["data"] == {"i": 3}
+    assert pages.sealed_document(state, "nope", load) is None
+
+    # A commit naming a sealed document sees it once the entity puts it back.
+    back = pages.with_documents(state, ["d3", "d59", "nope"], load)
+    assert back["documents"]["d3"]["version"] == 1 and "nope" not in back["documents"]
+    assert pages.with_documents(state, ["d59"], load) is state
+    new, result = session.commit(
+        back, {"documents": [{"id": "d3", "type": "json", "data": 0, "expected_version": 1}]}, T0
+    )
+    assert result["document_versions"] == {"d3": 2}
+    assert session.view_counts(new)["documents"] == 60
+    head, texts = session.seal(new, 4, load)
+    store.update(texts)
+    assert pages.with_documents(head, ["d3"], load)["documents"]["d3"]["version"] == 2
+
+
+def test_without_a_loader_documents_stay_in_the_head() -> None:
+    state = session.new_state("s1", T0)
+    for i in range(10):
+        state, _ = session.commit(state, {"documents": [{"id": f"d{i}", "type": "json",
+                                                         "data": i}]}, T0)  # fmt: skip
+    head, _ = session.seal(state, 4)
+    assert len(head["documents"]) == 10 and head["document_buckets"] == {}

@@ -63,7 +63,8 @@ def test_non_utc_timestamps_are_rejected(value: object) -> None:
 
 V3_ADDITIONS = {
     "pages": {"entries": [], "changes": [], "document_history": [], "submissions": [], "tasks": []},
-    "counts": {"sealed_submissions": 0},
+    "document_buckets": {},
+    "counts": {"sealed_submissions": 0, "documents": 0},
 }
 
 
@@ -80,7 +81,8 @@ def test_upgrade_v1_to_v3_adds_an_empty_change_log_without_touching_the_input() 
 
 def test_upgrade_v2_to_v3_keeps_the_log_and_starts_an_empty_page_directory() -> None:
     v2 = session.upgrade(v1_state())
-    v2, _ = session.commit(v2, {"entries": [{"role": "system", "text": "x"}]}, T0)
+    v2, _ = session.commit(v2, {"entries": [{"role": "system", "text": "x"}], "documents": [
+        {"id": "d1", "type": "json", "data": 1}]}, T0)  # fmt: skip
     for key in ("changes_from", *V3_ADDITIONS):
         del v2[key]
     v2["schema_version"] = 2
@@ -89,7 +91,8 @@ def test_upgrade_v2_to_v3_keeps_the_log_and_starts_an_empty_page_directory() -> 
     new = session.upgrade(v2)
 
     assert v2 == before
-    assert new == before | {"schema_version": 3, "changes_from": 2} | V3_ADDITIONS
+    counted = {"counts": {"sealed_submissions": 0, "documents": 1}}
+    assert new == before | {"schema_version": 3, "changes_from": 2} | V3_ADDITIONS | counted
     assert [c["cursor"] for c in session.changes_after(new, 1)] == [2]
     with pytest.raises(CursorExpiredError):
         session.changes_after(new, 0)
