@@ -55,15 +55,16 @@ async def read_entries(
     # The submission's own user entry; entries before it are everyone's, after it only its own.
     first = sub["entry"] if sub is not None else session_core.view_counts(head)["entries"] + 1
     entries = [
-        dict(e)  # sealed pages are shared through a cache: never change their records
+        e
         for e in pages.iter_records(head, "entries", session_pages.load_page)
         if (e["n"] < first or e.get("submission_id") == submission_id)
         and e.get("kind", TRANSCRIPT_KIND) == TRANSCRIPT_KIND
     ]
     store = default_store()
-    for entry in entries:
+    for i, entry in enumerate(entries):
         if entry.get("text") is None and entry.get("content_ref"):
-            entry["text"] = store.get(entry["content_ref"])
+            # A copy: sealed pages are shared through a cache and never change.
+            entries[i] = {**entry, "text": store.get(entry["content_ref"])}
     return entries
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -33,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.app.turn_support import submit, turn_env, wait_final  # noqa: E402
-from tests.harness import HostProcess  # noqa: E402
+from tests.app.turn_support import submit, turn_env, wait_final
+from tests.harness import HostProcess
 
 ROUNDS_PER_SUBMISSION = 3  # calculate, remember, answer
 SESSION = "scale"
@@ -53,7 +52,7 @@ def entity_batch_p50(host: HostProcess) -> float:
 
 
 def seconds(start: str, end: str) -> float:
-    parse = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00"))  # noqa: E731
+    parse = datetime.fromisoformat
     return (parse(end) - parse(start)).total_seconds()
 
 
@@ -64,48 +63,68 @@ def main() -> int:
     parser.add_argument("--checkpoints", default="10,100,1000")
     parser.add_argument("--window", type=int, default=50, help="first/last window size")
     args = parser.parse_args()
-    checkpoints = sorted({int(c) for c in args.checkpoints.split(",") if int(c) <= args.submissions})
+    checkpoints = sorted(
+        {int(c) for c in args.checkpoints.split(",") if int(c) <= args.submissions}
+    )
     tmp = Path(tempfile.mkdtemp(prefix="bench-session-"))
     env = turn_env(tmp)
     emulator = None
     if args.store == "azure":
         from durable_host import azurite
 
-        emulator = azurite.start(None, azurite.free_ports(3), in_memory=True, log=tmp / "azurite.log")
+        emulator = azurite.start(
+            None, azurite.free_ports(3), in_memory=True, log=tmp / "azurite.log"
+        )
         env.update(AzureWebJobsStorage=emulator.connection_string, DURABLE_HOST_HUB="SessionScale")
         spec = "azure"
     else:
         spec = f"sqlite:{tmp / 'bench.db'}"
     host = HostProcess(ROOT, spec, env=env).start()
     times: list[float] = []
-    print(f"{'turns':>6} {'ms/submission':>14} {'ms/round':>9} {'state bytes':>12} "
-          f"{'entity batch p50 ms':>20}", flush=True)
+    print(
+        f"{'turns':>6} {'ms/submission':>14} {'ms/round':>9} {'state bytes':>12} "
+        f"{'entity batch p50 ms':>20}",
+        flush=True,
+    )
     try:
         started = time.perf_counter()
         last = 0
         for i in range(1, args.submissions + 1):
-            sub = submit(host, SESSION, f"calculate {i} * 2 and then remember n{i}: value {i}",
-                         request_id=f"r{i}")
+            sub = submit(
+                host,
+                SESSION,
+                f"calculate {i} * 2 and then remember n{i}: value {i}",
+                request_id=f"r{i}",
+            )
             final = wait_final(host, SESSION, sub, timeout=300)
             assert final["status"] == "completed", final
             times.append(seconds(final["accepted_at"], final["finished_at"]) * 1000)
             if i in checkpoints:
                 window = statistics.median(times[last:i])
-                print(f"{i:>6} {window:>14.1f} {window / ROUNDS_PER_SUBMISSION:>9.1f} "
-                      f"{state_bytes(host, SESSION):>12} {entity_batch_p50(host):>20.3f}",
-                      flush=True)
+                print(
+                    f"{i:>6} {window:>14.1f} {window / ROUNDS_PER_SUBMISSION:>9.1f} "
+                    f"{state_bytes(host, SESSION):>12} {entity_batch_p50(host):>20.3f}",
+                    flush=True,
+                )
                 last = i
             elif i % 50 == 0:
                 print(f"  ... {i} submissions, {time.perf_counter() - started:.0f} s", flush=True)
+        assert host.process is not None
+        status = Path(f"/proc/{host.process.pid}/status").read_text()
+        rss = int(status.split("VmHWM:")[1].split()[0]) / 1024
     finally:
         host.kill()
         if emulator is not None:
             emulator.stop()
     w = min(args.window, len(times) // 2) or 1
     first, last_ = statistics.median(times[:w]), statistics.median(times[-w:])
-    print(f"\nstore {args.store}, {len(times)} submissions of one session")
-    print(f"median of the first {w}: {first:.1f} ms, of the last {w}: {last_:.1f} ms, "
-          f"ratio {last_ / first:.2f}")
+    print(
+        f"\nstore {args.store}, {len(times)} submissions of one session; host peak RSS {rss:.0f} MiB"
+    )
+    print(
+        f"median of the first {w}: {first:.1f} ms, of the last {w}: {last_:.1f} ms, "
+        f"ratio {last_ / first:.2f}"
+    )
     return 0
 
 

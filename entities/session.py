@@ -71,7 +71,9 @@ def _failure(exc: KernelError) -> Outcome:
 def handle(
     state: dict[str, Any] | None, session_id: str, op: str, request: Any, now: str | None = None
 ) -> Outcome:
-    """Pure step of the entity (apart from reading a referenced text for ``accept``)."""
+    """One step of the entity. Its IO is the content store only: a referenced text for
+    ``accept``, sealed pages it reads, and the pages and markers it stores before it returns
+    the head that references them (a store failure raises, and nothing is set)."""
     now = now or _now()
     try:
         if op == "delete":
@@ -98,7 +100,11 @@ def with_named_documents(state: dict[str, Any], request: Any) -> dict[str, Any]:
     reducer checks versions and types against them (``kernel.pages.with_documents``)."""
     if not isinstance(request, dict) or not isinstance(request.get("documents"), list):
         return state
-    named = [d["id"] for d in request["documents"] if isinstance(d, dict) and isinstance(d.get("id"), str)]
+    named = [
+        d["id"]
+        for d in request["documents"]
+        if isinstance(d, dict) and isinstance(d.get("id"), str)
+    ]
     if not named or not state.get("document_buckets"):
         return state
     return pages.with_documents(core.upgrade(state), named, session_pages.load_page)
@@ -145,7 +151,12 @@ def _sealed_answer(state: dict[str, Any] | None, op: str, request: Any) -> Any:
     if sub["status"] not in FINAL_STATUSES:  # only settled submissions are sealed
         return None
     if op == "accept":
-        return {"submission_id": sub_id, "status": sub["status"], "duplicate": True, "position": None}
+        return {
+            "submission_id": sub_id,
+            "status": sub["status"],
+            "duplicate": True,
+            "position": None,
+        }
     if op == "finish":
         return {
             "submission_id": sub_id, "status": sub["status"],

@@ -26,7 +26,7 @@ from kernel import pages
 from kernel.content import content_ref
 from kernel.pages import DEFAULT_PAGE_SIZE
 
-CACHE_PAGES = 256
+CACHE_PAGES = 1024  # ~40 MB at most: a page holds 32 records of a few hundred bytes
 _cache: OrderedDict[str, dict[str, Any]] = OrderedDict()
 _lock = threading.Lock()
 
@@ -55,7 +55,7 @@ def load_page(ref: str) -> dict[str, Any]:
             return page
     page = json.loads(default_store().get(ref))
     if not isinstance(page, dict):
-        raise ValueError(f"content {ref} is not a page")
+        raise TypeError(f"content {ref} is not a page")
     with _lock:
         _cache[ref] = page
         while len(_cache) > CACHE_PAGES:

@@ -184,7 +184,9 @@ def _add_page(
     _fold(head["session_id"], log, directory, pages)
 
 
-def _fold(session_id: str, log: str, directory: list[dict[str, Any]], pages: dict[str, str]) -> None:
+def _fold(
+    session_id: str, log: str, directory: list[dict[str, Any]], pages: dict[str, str]
+) -> None:
     """Seal the oldest ``FANOUT`` items of any level that has ``2 * FANOUT`` into one index page
     of the next level. Levels only decrease along the directory, so it stays in key order."""
     level = 0
@@ -293,8 +295,13 @@ def _seal_subtrees(head: State, pages: dict[str, str], per_page: int) -> None:
         records = []
         for members in batch:
             seq += 1
-            records.append({"seq": seq, "root": members[0],
-                            "tasks": {t: head["tasks"].pop(t) for t in members}})
+            records.append(
+                {
+                    "seq": seq,
+                    "root": members[0],
+                    "tasks": {t: head["tasks"].pop(t) for t in members},
+                }
+            )
         _add_page(head, pages, "tasks", records, records[0]["seq"], records[-1]["seq"])
     head["counts"]["sealed_task_trees"] = seq
 
@@ -328,8 +335,9 @@ def _leaves(
         if item.get("level", 0) == 0:
             yield _page_records(load, item["ref"], log)
         else:
-            yield from _leaves(_page_records(load, item["ref"], f"{log}/index"), log, after, load,
-                               reverse)
+            yield from _leaves(
+                _page_records(load, item["ref"], f"{log}/index"), log, after, load, reverse
+            )
 
 
 def records_after(

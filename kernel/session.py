@@ -67,8 +67,8 @@ __all__ = [
     "sealed_submission_view",
     "submission_view",
     "upgrade",
-    "view_counts",
     "view",
+    "view_counts",
 ]
 
 _VIEW_KEYS = (

@@ -30,8 +30,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kernel import ids
-from kernel.pages import empty_directory
 from kernel.errors import ConflictError, ValidationError
+from kernel.pages import empty_directory
 
 State = dict[str, Any]
 

@@ -33,8 +33,14 @@ class Entity:
 
     def turn(self, i: int) -> str:
         sub = self("accept", {"request_id": f"r{i}", "text": f"q{i}"})["result"]["submission_id"]
-        self("commit", {"submission_id": sub, "entries": [{"role": "assistant", "text": "a"}],
-                        "submission": {"status": "completed", "answer": f"a{i}"}})
+        self(
+            "commit",
+            {
+                "submission_id": sub,
+                "entries": [{"role": "assistant", "text": "a"}],
+                "submission": {"status": "completed", "answer": f"a{i}"},
+            },
+        )
         return str(sub)
 
 
@@ -59,8 +65,15 @@ def test_a_sealed_submission_is_still_a_duplicate_and_still_readable() -> None:
     before = e.state
 
     again = e("accept", {"request_id": "r0", "text": "other text"})
-    assert again == {"ok": True, "result": {
-        "submission_id": first, "status": "completed", "duplicate": True, "position": None}}
+    assert again == {
+        "ok": True,
+        "result": {
+            "submission_id": first,
+            "status": "completed",
+            "duplicate": True,
+            "position": None,
+        },
+    }
     assert e.state is before  # nothing written
 
     view = e("submission_view", {"submission_id": first})["result"]

@@ -84,7 +84,7 @@ def test_the_head_keeps_a_bounded_tail_and_pages_hold_the_rest() -> None:
     assert counts["entries"] == 40 * 4 and counts["submissions"] == 40
     assert counts["sealed"]["submissions"] == head["counts"]["sealed_submissions"]
     # Every page the head references was handed out to be stored.
-    for log, items in head["pages"].items():
+    for items in head["pages"].values():
         for item in items:
             assert item["ref"] in s.store
 
@@ -128,7 +128,7 @@ def test_the_directory_folds_into_index_pages_and_stays_small() -> None:
     levels = [item["level"] for item in directory]
     assert max(levels) >= 2 and levels == sorted(levels, reverse=True)
     assert all(levels.count(level) < 2 * pages.FANOUT for level in set(levels))
-    load = lambda ref: json.loads(store[ref])  # noqa: E731
+    load = lambda ref: json.loads(store[ref])
     numbers = [e["n"] for e in pages.iter_records(state, "entries", load)]
     assert numbers == list(range(1, 601))
     assert [e["n"] for e in session.entries_after(state, 299, 3, load)] == [300, 301, 302]
@@ -212,11 +212,23 @@ def test_an_open_round_is_never_sealed() -> None:
     s = Sealed(page_size=4)
     accepted = s.run("accept", {"request_id": "long", "text": "q"})
     sub, turn = accepted["submission_id"], accepted["turn_instance_id"]
-    s.run("commit", {"submission_id": sub, "tasks": [
-        {"id": f"{turn}:open", "kind": "round", "parent": turn, "status": "running"}]})
+    s.run(
+        "commit",
+        {
+            "submission_id": sub,
+            "tasks": [{"id": f"{turn}:open", "kind": "round", "parent": turn, "status": "running"}],
+        },
+    )
     for r in range(20):
-        s.run("commit", {"submission_id": sub, "tasks": [
-            {"id": f"{turn}:r{r}", "kind": "round", "parent": turn, "status": "completed"}]})
+        s.run(
+            "commit",
+            {
+                "submission_id": sub,
+                "tasks": [
+                    {"id": f"{turn}:r{r}", "kind": "round", "parent": turn, "status": "completed"}
+                ],
+            },
+        )
 
     assert f"{turn}:open" in s.state["tasks"] and len(s.state["tasks"]) < 8
 
@@ -285,7 +297,7 @@ def test_a_delete_carries_no_data_and_a_write_needs_data() -> None:
 def test_cold_documents_move_into_bucket_pages_and_stay_readable() -> None:
     state = session.new_state("s1", T0)
     store: dict[str, str] = {}
-    load = lambda ref: json.loads(store[ref])  # noqa: E731
+    load = lambda ref: json.loads(store[ref])
     for i in range(60):
         at = f"2025-01-01T00:00:{i:02d}Z"
         doc = {"id": f"d{i}", "type": "json", "data": {"i": i}}
