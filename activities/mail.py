@@ -58,6 +58,7 @@ from typing import Any
 import azure.durable_functions as df
 
 from adapters.content_store import ContentNotFound, default_store
+from entities import session_pages
 from kernel.content import is_content_ref
 from kernel.state import decode_entity_state
 
@@ -214,8 +215,8 @@ async def load_body(
         except ContentNotFound:
             return None
     state = await read_session(client, session_id)
-    document = ((state or {}).get("documents") or {}).get(ref)
-    if not document or document.get("type") != "note":
+    document = session_pages.document(state, ref)
+    if not document or document.get("type") != "note" or document.get("deleted"):
         return None
     return str(document["data"]["text"])
 

@@ -33,9 +33,10 @@ import azure.durable_functions as df
 from adapters import model_provider
 from adapters.attempt_ledger import default_ledger
 from adapters.content_store import default_store
-from kernel import content, planner, tools
+from entities import session_pages
+from kernel import content, pages, planner, tools
+from kernel import session as session_core
 from kernel.model_io import ModelFailure, ModelIOError, ModelRequest, ModelResult, ModelSuccess
-from kernel.state import decode_entity_state
 from kernel.turn_policy import TurnLimits, TurnSettingsError
 
 bp = df.Blueprint()
@@ -47,20 +48,25 @@ async def read_entries(
 ) -> list[dict[str, Any]]:
     """The transcript as this submission sees it: every message before its own user entry, and
     its own messages - never the entries of submissions queued behind it."""
-    data = decode_entity_state(await client.read_entity_state(df.EntityId("session", session_id)))
-    all_entries = list((data or {}).get("entries", []))
-    own = [e["n"] for e in all_entries if e.get("submission_id") == submission_id]
-    first = min(own) if own else len(all_entries) + 1
+    head = await session_pages.read_head(client, session_id)
+    if head is None:
+        return []
+    head = session_core.upgrade(head)
+    sub = head["submissions"].get(submission_id)
+    # The submission's own user entry; entries before it are everyone's, after it only its own.
+    first = sub["entry"] if sub is not None else session_core.view_counts(head)["entries"] + 1
     entries = [
         e
-        for e in all_entries
+        for e in pages.iter_records(head, "entries", session_pages.load_page)
         if (e["n"] < first or e.get("submission_id") == submission_id)
         and e.get("kind", TRANSCRIPT_KIND) == TRANSCRIPT_KIND
     ]
     store = default_store()
-    for entry in entries:
+    for i, entry in enumerate(entries):
         if entry.get("text") is None and entry.get("content_ref"):
-            entry["text"] = await asyncio.to_thread(store.get, entry["content_ref"])
+            # A copy: sealed pages are shared through a cache and never change.
+            text = await asyncio.to_thread(store.get, entry["content_ref"])
+            entries[i] = {**entry, "text": text}
     return entries
 
 

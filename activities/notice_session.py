@@ -22,6 +22,7 @@ from typing import Any
 import azure.durable_functions as df
 
 from activities.mail import MailConfig, load_body, read_session
+from entities import session_pages
 from kernel.task_types import NoticeSettings
 
 bp = df.Blueprint()
@@ -96,8 +97,9 @@ async def notices_read(
 ) -> dict[str, Any]:
     """``{session_id, plan_id, task_ids}`` -> ``{ok, plan: {version, data} | null, tasks}``."""
     state = await read_session(client, job["session_id"]) or {}
-    document = (state.get("documents") or {}).get(job["plan_id"])
-    plan = {"version": document["version"], "data": document["data"]} if document else None
+    document = session_pages.document(state, job["plan_id"])
+    live = document and not document.get("deleted")
+    plan = {"version": document["version"], "data": document["data"]} if live else None
     tasks = state.get("tasks") or {}
     statuses = {tid: (tasks.get(tid) or {}).get("status") for tid in job.get("task_ids", [])}
     return {"ok": True, "plan": plan, "tasks": statuses}

@@ -26,8 +26,8 @@ once. A result above ``INLINE_RESULT_BYTES`` is stored in the content store and 
 "timeout"}``; its record keeps its lease until the tool really ends.
 
 Built-in tools: ``calculator``; ``read_document`` / ``write_document`` / ``delete_document`` (the
-session's ``note`` documents, one per title, ``kernel.tools.note_document_id``; a deleted note
-is an empty note until the session core can delete documents); ``append_ledger`` appends one
+session's ``note`` documents, one per title, ``kernel.tools.note_document_id``; a delete writes
+the document's tombstone version); ``append_ledger`` appends one
 line to the file ``AGENT_TOOL_LEDGER_FILE`` (default ``.durable/tool-ledger.txt``) - unsafe,
 every run adds a line. ``send_notices`` does not run here: its execution is the
 ``send_notices`` sub-orchestration.
@@ -55,8 +55,8 @@ import azure.durable_functions as df
 
 from adapters.attempt_ledger import AttemptLedger, LeaseLost, attempt_state, default_ledger
 from adapters.content_store import default_store
+from entities import session_pages
 from kernel import calculator, tools
-from kernel.state import decode_entity_state
 from kernel.turn_policy import replay_decision
 
 bp = df.Blueprint()
@@ -247,18 +247,19 @@ async def _delete_document(args: dict[str, Any], env: ToolEnv) -> Outcome:
     change = {
         "id": tools.note_document_id(title),
         "type": "note",
-        "data": {"title": document["data"]["title"], "text": ""},
+        "delete": True,
         "expected_version": document["version"],
     }
     return Outcome({"ok": True, "title": title, "deleted": True}, [change])
 
 
 async def _note(env: ToolEnv, title: str) -> dict[str, Any] | None:
-    read = await env.client.read_entity_state(df.EntityId("session", env.session_id))
-    data = decode_entity_state(read) or {}
-    document = data.get("documents", {}).get(tools.note_document_id(title))
-    # An empty note is a deleted one (see the module docstring).
-    if document is None or document.get("type") != "note" or not document["data"].get("text"):
+    head = await session_pages.read_head(env.client, env.session_id)
+    document = session_pages.document(head, tools.note_document_id(title))
+    # A tombstone is a deleted note; so is an empty one, which is how older versions deleted.
+    if document is None or document.get("type") != "note" or document.get("deleted"):
+        return None
+    if not document["data"].get("text"):
         return None
     return document
 

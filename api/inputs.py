@@ -122,6 +122,14 @@ def changes_query(params: Mapping[str, str]) -> ChangesQuery:
     return ChangesQuery(int(after), _wait(params.get("wait")), _limit(params.get("limit")))
 
 
+def entries_query(params: Mapping[str, str]) -> tuple[int, int | None]:
+    """``after`` (required, integer >= 0) and ``limit`` (1..1,000) of the paged entries API."""
+    after = params.get("after")
+    if after is None or not _INTEGER.match(after):
+        raise ValidationError("invalid_cursor", "after must be an integer >= 0", "after")
+    return int(after), _limit(params.get("limit"))
+
+
 def _wait(text: str | None) -> float:
     if text is None or text == "":
         return 0.0

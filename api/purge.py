@@ -27,6 +27,8 @@ from typing import Any
 
 import azure.durable_functions as df
 
+from entities import session_pages
+from kernel import pages
 from kernel import session as core
 from kernel.errors import ConflictError, NotFoundError
 
@@ -40,7 +42,10 @@ StateReader = Callable[[df.DurableOrchestrationClient, str], Awaitable[dict[str,
 
 
 def owned_prefixes(session_id: str, state: dict[str, Any] | None) -> list[str]:
-    return [f"{session_id}:", *(f"{sub}:" for sub in (state or {}).get("submissions", {}))]
+    subs = list((state or {}).get("submissions", {}))
+    if state is not None and "pages" in state:  # submissions sealed out of the head
+        subs += pages.sealed_submission_ids(state, session_pages.load_page)
+    return [f"{session_id}:", *(f"{sub}:" for sub in subs)]
 
 
 def busy() -> ConflictError:

@@ -1,4 +1,5 @@
-"""HTTP API of sessions: submit, read the view, follow changes, read a submission, delete.
+"""HTTP API of sessions: submit, read the view, page entries, follow changes, read a
+submission, delete.
 
 Every error is a JSON body ``{"error", "message", "field"}`` with status 400/404/409 (410 for a
 change cursor that fell off the log), and a rejected request stores nothing. Full reference:
@@ -16,6 +17,9 @@ retry finds the original instead of starting a second run:
 
 A session exists once a submission is accepted (HTTP 202): until its first commit lands, the
 view is the empty session at cursor 0 and the change stream waits from there.
+
+The session entity's state is a head (``kernel.pages``): the view shows what is recent, and the
+entries, change and submission reads reach older records through sealed pages on demand.
 """
 
 from __future__ import annotations
@@ -32,10 +36,10 @@ from azure.durable_functions.models.OrchestrationRuntimeStatus import Orchestrat
 from adapters.content_store import default_store
 from api import inputs, purge
 from api.replies import failure, reply
+from entities import session_pages
 from kernel import content, ids
 from kernel import session as core
 from kernel.errors import ConflictError, KernelError, NotFoundError
-from kernel.state import decode_entity_state
 from kernel.submissions import MAX_QUEUED_SUBMISSIONS
 
 bp = df.Blueprint()
@@ -51,10 +55,7 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-async def read_state(
-    client: df.DurableOrchestrationClient, session_id: str
-) -> dict[str, Any] | None:
-    return decode_entity_state(await client.read_entity_state(df.EntityId("session", session_id)))
+read_state = session_pages.read_head
 
 
 async def accepted_not_committed(client: df.DurableOrchestrationClient, session_id: str) -> bool:
@@ -83,6 +84,10 @@ def links(req: func.HttpRequest, session_id: str, submission_id: str) -> dict[st
         "changes": f"{root}/sessions/{session_id}/changes?after=0",
         "page": f"{root}/sessions/{session_id}/page",
     }
+
+
+def api_root(req: func.HttpRequest) -> str:
+    return req.url.split("/api/")[0] + "/api"
 
 
 # --- submit ---------------------------------------------------------------------------
@@ -174,9 +179,38 @@ async def get_session(
 ) -> func.HttpResponse:
     try:
         session_id = inputs.session_id(req.route_params.get("sessionId"))
-        return reply(core.view(await current_state(client, session_id)))
+        body = core.view(await current_state(client, session_id))
     except KernelError as exc:
         return failure(exc)
+    base = f"{api_root(req)}/sessions/{session_id}"
+    body["links"] = {"entries": f"{base}/entries?after=0", "changes": f"{base}/changes?after=0"}
+    return reply(body)
+
+
+@bp.route(route="sessions/{sessionId}/entries", methods=["GET"])
+@bp.durable_client_input(client_name="client")
+async def get_entries(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient
+) -> func.HttpResponse:
+    """Entries with ``n`` > ``after``, oldest first, at most ``limit`` (default 1,000)."""
+    try:
+        session_id = inputs.session_id(req.route_params.get("sessionId"))
+        after, limit = inputs.entries_query(req.params)
+        state = await current_state(client, session_id)
+        entries = core.entries_after(state, after, limit, session_pages.load_page)
+    except KernelError as exc:
+        return failure(exc)
+    last = core.view_counts(state)["entries"]
+    cursor = entries[-1]["n"] if entries else after
+    body: dict[str, Any] = {
+        "sessionId": session_id, "after": after, "cursor": cursor, "latest": last,
+        "entries": entries, "next": None,
+    }  # fmt: skip
+    if cursor < last:
+        body["next"] = f"{api_root(req)}/sessions/{session_id}/entries?after={cursor}" + (
+            f"&limit={limit}" if limit else ""
+        )
+    return reply(body)
 
 
 async def follow(
@@ -187,7 +221,7 @@ async def follow(
     deadline = time.monotonic() + query.wait
     for _ in range(int(query.wait / POLL_SECONDS) + 2):
         state = await current_state(client, session_id)
-        records = core.changes_after(state, query.after, query.limit)
+        records = core.changes_after(state, query.after, query.limit, session_pages.load_page)
         left = deadline - time.monotonic()
         if records or left <= 0:
             return state["cursor"], records
@@ -245,6 +279,9 @@ async def get_submission(
         state = await read_state(client, session_id)
         if state is not None and submission_id in state.get("submissions", {}):
             return reply(core.submission_view(state, submission_id))
+        sealed = session_pages.sealed_submission(state, submission_id)
+        if sealed is not None:
+            return reply({**sealed["submission"], "position": None})
         return reply(await unheld_submission(client, session_id, submission_id))
     except KernelError as exc:
         return failure(exc)

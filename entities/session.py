@@ -17,6 +17,17 @@ Beyond the kernel's operations the entity knows two things the kernel cannot:
 
 A session exists from its first successful mutating operation on. Reads, failed operations
 and ``delete`` of an absent session never create it.
+
+**Sealing.** After every write the entity asks the kernel which old records to seal
+(``kernel.pages.seal``: pure, it returns the new head and the page texts). It stores the pages
+in the content store and, for every sealed submission, a marker (``pages.submission_marker``),
+*then* sets the head: the atomic commit is still one state write, and it never references a
+page that is not durable. So each operation reads and writes the small head, not the session.
+
+**Sealed submissions.** ``accept``, ``finish``, ``cancel`` and ``submission_view`` of a
+submission that is no longer in the head look its marker up (one content-store read, so a new
+submission costs no page scan) and, when it exists, answer from its sealed record exactly as
+the kernel answers for a final submission: a retried request id is still a duplicate.
 """
 
 from __future__ import annotations
@@ -28,8 +39,11 @@ from typing import Any
 import azure.durable_functions as df
 
 from adapters.content_store import ContentNotFound, default_store
+from entities import session_pages
+from kernel import ids, pages
 from kernel import session as core
 from kernel.errors import ConflictError, KernelError, NotFoundError, ValidationError
+from kernel.submissions import FINAL_STATUSES
 
 bp = df.Blueprint()
 
@@ -57,19 +71,106 @@ def _failure(exc: KernelError) -> Outcome:
 def handle(
     state: dict[str, Any] | None, session_id: str, op: str, request: Any, now: str | None = None
 ) -> Outcome:
-    """Pure step of the entity (apart from reading a referenced text for ``accept``)."""
+    """One step of the entity. Its IO is the content store only: a referenced text for
+    ``accept``, sealed pages it reads, and the pages and markers it stores before it returns
+    the head that references them (a store failure raises, and nothing is set)."""
     now = now or _now()
     try:
         if op == "delete":
             return _delete(state, request)
         if op == "accept":
             request = with_referenced_text(request)
+        sealed = _sealed_answer(state, op, request)
+        if sealed is not None:
+            return Outcome(None, {"ok": True, "result": sealed})
         base = state if state is not None else core.new_state(session_id, now)
+        if op == "commit":
+            base = with_named_documents(base, request)
         new, result = core.apply(base, op, request if request is not None else {}, now)
     except KernelError as exc:
         return _failure(exc)
     changed = new is not state and (state is not None or op not in _READS)
-    return Outcome(new if changed else None, {"ok": True, "result": result})
+    if not changed:
+        return Outcome(None, {"ok": True, "result": result})
+    return Outcome(sealed_head(new), {"ok": True, "result": result})
+
+
+def with_named_documents(state: dict[str, Any], request: Any) -> dict[str, Any]:
+    """The state with the documents a commit names put back from their bucket pages, so the
+    reducer checks versions and types against them (``kernel.pages.with_documents``)."""
+    if not isinstance(request, dict) or not isinstance(request.get("documents"), list):
+        return state
+    named = [
+        d["id"]
+        for d in request["documents"]
+        if isinstance(d, dict) and isinstance(d.get("id"), str)
+    ]
+    if not named or not state.get("document_buckets"):
+        return state
+    return pages.with_documents(core.upgrade(state), named, session_pages.load_page)
+
+
+def sealed_head(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with its old records sealed; the pages and markers are durable on return."""
+    head, texts = core.seal(state, session_pages.page_size(), session_pages.load_page)
+    if not texts:
+        return head
+    session_pages.store_pages(texts)
+    store = default_store()
+    for sub_id in set(state["submissions"]) - set(head["submissions"]):
+        store.put(pages.submission_marker(head, sub_id))
+    return head
+
+
+def _target_submission(state: dict[str, Any], op: str, request: Any) -> str | None:
+    """The id of a submission ``op`` names that the head does not hold, if it may be sealed."""
+    if op not in ("accept", "finish", "cancel", "submission_view") or not isinstance(request, dict):
+        return None
+    if op == "accept":
+        request_id = request.get("request_id")
+        try:
+            sub_id = ids.submission_id(state["session_id"], ids.validate_request_id(request_id))
+        except KernelError:
+            return None
+    else:
+        sub_id = request.get("submission_id")
+    if not isinstance(sub_id, str) or sub_id in state.get("submissions", {}):
+        return None
+    return sub_id
+
+
+def _sealed_answer(state: dict[str, Any] | None, op: str, request: Any) -> Any:
+    """The answer for a sealed submission, or None when the kernel should answer."""
+    if state is None or not (state.get("counts") or {}).get("sealed_submissions"):
+        return None
+    sub_id = _target_submission(state, op, request)
+    record = None if sub_id is None else session_pages.sealed_submission(state, sub_id)
+    if sub_id is None or record is None:
+        return None
+    sub = record["submission"]
+    if sub["status"] not in FINAL_STATUSES:  # only settled submissions are sealed
+        return None
+    if op == "accept":
+        return {
+            "submission_id": sub_id,
+            "status": sub["status"],
+            "duplicate": True,
+            "position": None,
+        }
+    if op == "finish":
+        return {
+            "submission_id": sub_id, "status": sub["status"],
+            "next_submission_id": sub["next_submission_id"], "cursor": sub["finished_cursor"],
+            "duplicate": True,
+        }  # fmt: skip
+    if op == "cancel":
+        return {
+            "submission_id": sub_id, "status": sub["status"],
+            "cancel_requested": sub["cancel_requested_at"] is not None,
+            "turn_instance_id": sub["turn_instance_id"], "cursor": state["cursor"],
+            "changed": False,
+        }  # fmt: skip
+    return {**sub, "position": None}
 
 
 def _delete(state: dict[str, Any] | None, request: Any) -> Outcome:

@@ -7,20 +7,23 @@ Contract:
 * ``items`` are small summaries (``{"type": "entry", "n": 7, ...}``,
   ``{"type": "task", "id", "status", "phase"}``), never content: a reader fetches entry texts and
   document data from the view, which keeps the log small.
-* The log keeps the last ``MAX_CHANGES`` records. ``changes_after(state, c)`` returns the records
-  with cursor > c, oldest first. Following it page by page (the next ``c`` is the last record's
-  cursor) yields every record exactly once, for any start in ``0..cursor``.
-* A reader whose cursor fell off the retained log gets ``CursorExpiredError`` (HTTP 410, field
+* The log is complete: the head keeps the recent records and older ones are sealed into pages
+  (``kernel.pages``). ``changes_after(state, c, limit, load)`` returns the records with
+  cursor > c, oldest first, at most ``limit`` (default and maximum ``MAX_CHANGES``) in one answer,
+  reading sealed pages through ``load``. Following it (the next ``c`` is the last record's cursor)
+  yields every record exactly once, for any start in ``0..cursor``.
+* Only a session migrated from an older schema lacks records: those before ``changes_from``.
+  A reader whose cursor lies before them gets ``CursorExpiredError`` (HTTP 410, field
   ``after``): it re-reads the view, whose ``cursor`` is a valid point to continue from, instead of
   silently missing changes. A cursor above the current one or below 0 is a ``ValidationError``.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from kernel.errors import CursorExpiredError, ValidationError
+from kernel.pages import Loader, records_after
 from kernel.state import State
 
 MAX_CHANGES = 1_000
@@ -31,14 +34,13 @@ def record_change(state: State, *, op: str, at: str, items: list[dict[str, Any]]
     cursor = state["cursor"] + 1
     state["cursor"] = cursor
     kinds = list(dict.fromkeys(item["type"] for item in items))
-    changes = state["changes"]
-    changes.append({"cursor": cursor, "at": at, "op": op, "kinds": kinds, "items": items})
-    if len(changes) > MAX_CHANGES:
-        del changes[: len(changes) - MAX_CHANGES]
+    state["changes"].append({"cursor": cursor, "at": at, "op": op, "kinds": kinds, "items": items})
     return cursor
 
 
-def changes_after(state: State, after: object, limit: int | None = None) -> list[dict[str, Any]]:
+def changes_after(
+    state: State, after: object, limit: int | None = None, load: Loader | None = None
+) -> list[dict[str, Any]]:
     """Records with cursor > ``after``, oldest first, at most ``limit`` of them (copies)."""
     current = state["cursor"]
     if not isinstance(after, int) or isinstance(after, bool) or not 0 <= after <= current:
@@ -47,8 +49,7 @@ def changes_after(state: State, after: object, limit: int | None = None) -> list
         )
     if limit is not None and limit < 1:
         raise ValidationError("invalid_limit", "limit must be at least 1", "limit")
-    changes = state["changes"]
-    first = changes[0]["cursor"] if changes else current + 1
+    first = state.get("changes_from", 1)
     if after < first - 1:
         raise CursorExpiredError(
             "cursor_expired",
@@ -56,7 +57,4 @@ def changes_after(state: State, after: object, limit: int | None = None) -> list
             "from its cursor",
             "after",
         )
-    start = after - first + 1
-    stop = None if limit is None else start + limit
-    page: list[dict[str, Any]] = json.loads(json.dumps(changes[start:stop]))  # callers get copies
-    return page
+    return records_after(state, "changes", after, min(limit or MAX_CHANGES, MAX_CHANGES), load)

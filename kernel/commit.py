@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernel.changes import record_change
-from kernel.documents import put_document
+from kernel.documents import delete_document, put_document
 from kernel.entries import append_entry
 from kernel.errors import ConflictError
 from kernel.requests import CommitRequest, SubmissionPatch, parse
@@ -77,10 +77,16 @@ def _put_documents(
 ) -> dict[str, int]:
     versions: dict[str, int] = {}
     for i, doc in enumerate(req.documents):
-        item = put_document(
-            state, doc_id=doc.id, doc_type=doc.type, data=doc.data,
-            expected_version=doc.expected_version, at=at, field=f"documents[{i}]",
-        )  # fmt: skip
+        if doc.delete:
+            item = delete_document(
+                state, doc_id=doc.id, doc_type=doc.type, expected_version=doc.expected_version,
+                at=at, field=f"documents[{i}]",
+            )  # fmt: skip
+        else:
+            item = put_document(
+                state, doc_id=doc.id, doc_type=doc.type, data=doc.data,
+                expected_version=doc.expected_version, at=at, field=f"documents[{i}]",
+            )  # fmt: skip
         versions[doc.id] = item["version"]
         items.append(item)
     return versions

@@ -1,7 +1,8 @@
 """Typed, versioned session documents. Pure.
 
 A document is ``{type, version, data, updated_at}`` under an id in ``state["documents"]``;
-every change also appends ``{id, version, cursor, op}`` to ``state["document_history"]``.
+every change also appends ``{id, version, cursor, op}`` to ``state["document_history"]``
+(``op``: create | update | delete; old rows are sealed into pages, ``kernel.pages``).
 
 Contract:
 * ``DOCUMENT_TYPES`` maps a type name to the pydantic model its ``data`` must satisfy. Models
@@ -11,6 +12,11 @@ Contract:
 * ``put_document`` applies one change: version 1 on create, +1 on every update. With
   ``expected_version`` the change applies only if it equals the current version (0 = "must not
   exist yet"), else ``ConflictError("version_conflict")``. A document never changes type.
+* ``delete_document`` writes a **tombstone**: the next version, ``{type, version, data: null,
+  deleted: true, updated_at}``. Deleting an absent or deleted document is
+  ``NotFoundError("document_not_found")``. A later write creates the document again (op
+  ``create``) at the next version, so versions never repeat and ``expected_version`` keeps
+  working across a delete.
 
 Types:
 * ``note``         ``{title, text}``
@@ -32,7 +38,7 @@ import pydantic
 from pydantic import AfterValidator, ConfigDict, Field, JsonValue
 
 from kernel.content import CONTENT_REF_PATTERN
-from kernel.errors import ConflictError, ValidationError
+from kernel.errors import ConflictError, NotFoundError, ValidationError
 
 DOCUMENT_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,128}$"
 MAX_DOCUMENT_BYTES = 64 * 1024
@@ -135,7 +141,35 @@ def put_document(
 ) -> dict[str, Any]:
     """Create or update one document in ``state`` (a working copy); return its change item."""
     normalised = validate_document(doc_type, data, at=f"{field}.data")
-    current = state["documents"].get(doc_id)
+    current = _check(state, doc_id, doc_type, expected_version, field)
+    version = 0 if current is None else current["version"]
+    record = {"type": doc_type, "version": version + 1, "data": normalised, "updated_at": at}
+    live = current is not None and not current.get("deleted")
+    return _write(state, doc_id, record, "update" if live else "create")
+
+
+def delete_document(
+    state: dict[str, Any], *, doc_id: str, doc_type: str, expected_version: int | None,
+    at: str, field: str,
+) -> dict[str, Any]:  # fmt: skip
+    """Replace a live document with its tombstone in ``state`` (a working copy)."""
+    current = _check(state, doc_id, doc_type, expected_version, field)
+    if current is None or current.get("deleted"):
+        raise NotFoundError("document_not_found", f"no document {doc_id!r}", f"{field}.id")
+    record = {
+        "type": doc_type, "version": current["version"] + 1, "data": None, "deleted": True,
+        "updated_at": at,
+    }  # fmt: skip
+    return _write(state, doc_id, record, "delete")
+
+
+def _check(
+    state: dict[str, Any], doc_id: str, doc_type: str, expected_version: int | None, field: str
+) -> dict[str, Any] | None:
+    if doc_type not in DOCUMENT_TYPES:
+        known = ", ".join(sorted(DOCUMENT_TYPES))
+        raise ValidationError("unknown_document_type", f"known types: {known}", f"{field}.type")
+    current: dict[str, Any] | None = state["documents"].get(doc_id)
     version = 0 if current is None else current["version"]
     if current is not None and current["type"] != doc_type:
         raise ConflictError(
@@ -149,18 +183,21 @@ def put_document(
             f"document {doc_id!r} is at version {version}, not {expected_version}",
             f"{field}.expected_version",
         )
-    record = {"type": doc_type, "version": version + 1, "data": normalised, "updated_at": at}
+    return current
+
+
+def _write(state: dict[str, Any], doc_id: str, record: dict[str, Any], op: str) -> dict[str, Any]:
     state["documents"][doc_id] = record
-    state["document_history"].append(
-        {
-            "id": doc_id,
-            "version": version + 1,
-            # Mutating operations bump the cursor by exactly one (kernel.changes).
-            "cursor": state["cursor"] + 1,
-            "op": "create" if current is None else "update",
-        }
-    )
-    return {"type": "document", "id": doc_id, "doc_type": doc_type, "version": version + 1}
+    # Live documents, counted here because older ones may sit in sealed pages (kernel.pages).
+    counts = state.setdefault("counts", {})
+    counts["documents"] = counts.get("documents", 0) + {"create": 1, "delete": -1}.get(op, 0)
+    # Mutating operations bump the cursor by exactly one (kernel.changes).
+    row = {"id": doc_id, "version": record["version"], "cursor": state["cursor"] + 1, "op": op}
+    state["document_history"].append(row)
+    item = {"type": "document", "id": doc_id, "doc_type": record["type"], "version": row["version"]}
+    if op == "delete":
+        item["deleted"] = True
+    return item
 
 
 def _sibling(path: str) -> str:

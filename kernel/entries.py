@@ -35,8 +35,7 @@ def append_entry(
     if conversation not in state["conversations"]:
         state["conversations"][conversation] = {"id": conversation, "created_at": at}
         items.append({"type": "conversation", "id": conversation})
-    # Derived from the last entry, not the length, so archiving old entries later keeps n.
-    n = state["entries"][-1]["n"] + 1 if state["entries"] else 1
+    n = last_entry_number(state) + 1
     state["entries"].append(
         {
             "n": n,
@@ -54,3 +53,11 @@ def append_entry(
         {"type": "entry", "n": n, "conversation": conversation, "role": role, "kind": kind}
     )
     return items
+
+
+def last_entry_number(state: State) -> int:
+    """The last entry's ``n`` (0 for none), wherever it is: the head's tail or a sealed page."""
+    if state["entries"]:
+        return int(state["entries"][-1]["n"])
+    sealed = state.get("pages", {}).get("entries") or []
+    return int(sealed[-1]["last"]) if sealed else 0

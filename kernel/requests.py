@@ -112,10 +112,22 @@ class EntryIn(_Request):
 
 
 class DocumentChange(_Request):
+    """A new version of a document, or with ``delete: true`` (and no ``data``) its tombstone."""
+
     id: Annotated[str, Field(pattern=DOCUMENT_ID_PATTERN)]
     type: str
-    data: JsonValue
+    data: JsonValue = None
     expected_version: Annotated[int, Field(ge=0)] | None = None
+    delete: bool = False
+
+    @pydantic.model_validator(mode="after")
+    def _data_or_delete(self) -> DocumentChange:
+        given = "data" in self.model_fields_set
+        if self.delete and given:
+            raise ValidationError("ambiguous_body", "a delete carries no data", "data")
+        if not self.delete and not given:
+            raise ValidationError("missing_field", "data is required unless delete is true", "data")
+        return self
 
 
 class TaskPatch(_Request):

@@ -5,9 +5,14 @@ by the ``session`` entity. Every field is JSON, so the entity can persist it as 
 
 Schema versions:
 * v1: the first shape, without the ``changes`` log.
-* v2 (``SCHEMA_VERSION``): adds ``changes``. A migrated state starts with an empty log, so a
-  reader holding a cursor older than the migration gets ``CursorExpiredError`` and re-reads the
-  view: the log cannot be reconstructed, and pretending it is complete would hide changes.
+* v2: adds ``changes``. A migrated state starts with an empty log, so a reader holding a cursor
+  older than the migration gets ``CursorExpiredError`` and re-reads the view: the log cannot be
+  reconstructed, and pretending it is complete would hide changes.
+* v3 (``SCHEMA_VERSION``): the state is a head; old entries, change records, document history
+  and settled submissions move into sealed pages (``kernel.pages``) listed in ``pages``.
+  ``changes_from`` is the first cursor the log still holds (1 for a session born in v3; for a
+  migrated one, its oldest kept record), ``counts`` keeps totals the head no longer shows.
+  The migration itself moves nothing: the entity seals the excess with its next write.
 
 Contract:
 * ``upgrade(state)`` returns ``state`` itself when it is current, else an upgraded copy; it
@@ -28,10 +33,11 @@ from typing import Any, Protocol
 
 from kernel import ids
 from kernel.errors import ConflictError, ValidationError
+from kernel.pages import empty_directory
 
 State = dict[str, Any]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MAIN_CONVERSATION = "main"
 
 
@@ -51,6 +57,10 @@ def new_state(session_id: str, now: str) -> State:
         "turn_queue": [],
         "active_submission": None,
         "changes": [],
+        "changes_from": 1,
+        "pages": empty_directory(),
+        "document_buckets": {},
+        "counts": {"sealed_submissions": 0, "documents": 0},
     }
 
 
@@ -75,7 +85,18 @@ def _v1_to_v2(state: State) -> State:
     return state
 
 
-_MIGRATIONS: dict[int, Callable[[State], State]] = {1: _v1_to_v2}
+def _v2_to_v3(state: State) -> State:
+    changes = state["changes"]
+    state["changes_from"] = changes[0]["cursor"] if changes else state["cursor"] + 1
+    state["pages"] = empty_directory()
+    state["document_buckets"] = {}
+    live = sum(1 for doc in state["documents"].values() if not doc.get("deleted"))
+    state["counts"] = {"sealed_submissions": 0, "documents": live}
+    state["schema_version"] = 3
+    return state
+
+
+_MIGRATIONS: dict[int, Callable[[State], State]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def working_copy(state: State) -> State:

@@ -56,6 +56,8 @@ def test_an_approved_tool_runs_and_a_repeated_decision_is_idempotent(host):
         'read_document did not complete (not_found): there is no note titled "old plan"',
     ]
     assert custom_status(host, task_id)["approval"] == {"decision": "approve", "request_id": "a1"}
+    note = view(host, "approve")["documents"][tools.note_document_id("old plan")]
+    assert (note["version"], note["deleted"], note["data"]) == (2, True, None)  # a tombstone
 
 
 def test_a_rejected_tool_does_not_run_and_the_model_is_told(host):

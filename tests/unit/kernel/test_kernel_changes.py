@@ -61,11 +61,10 @@ def test_limit_must_be_positive() -> None:
         session.changes_after(busy_session(2), 0, 0)
 
 
-def test_the_log_is_bounded_and_an_old_cursor_expires(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(changes, "MAX_CHANGES", 3)
+def test_a_cursor_before_the_kept_log_of_a_migrated_session_expires() -> None:
     state = busy_session(5)
+    state = {**state, "changes": state["changes"][2:], "changes_from": 3}  # as a v2 upgrade
 
-    assert [c["cursor"] for c in state["changes"]] == [3, 4, 5]
     assert [c["cursor"] for c in session.changes_after(state, 2)] == [3, 4, 5]
     with pytest.raises(CursorExpiredError) as caught:
         session.changes_after(state, 1)
@@ -74,14 +73,22 @@ def test_the_log_is_bounded_and_an_old_cursor_expires(monkeypatch: pytest.Monkey
     )  # fmt: skip
 
 
-def test_an_expired_reader_recovers_from_the_view(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(changes, "MAX_CHANGES", 2)
+def test_an_expired_reader_recovers_from_the_view() -> None:
     state = busy_session(5)
+    state = {**state, "changes": state["changes"][3:], "changes_from": 4}
 
     view = session.view(state)
     state, _ = session.commit(state, {"entries": [{"role": "system", "text": "later"}]}, T0)
 
     assert [c["cursor"] for c in session.changes_after(state, view["cursor"])] == [6]
+
+
+def test_one_answer_holds_at_most_max_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(changes, "MAX_CHANGES", 3)
+    state = busy_session(5)
+
+    assert [c["cursor"] for c in session.changes_after(state, 0)] == [1, 2, 3]
+    assert [c["cursor"] for c in session.changes_after(state, 0, 10)] == [1, 2, 3]
 
 
 def test_readers_get_copies() -> None:

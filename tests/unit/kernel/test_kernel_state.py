@@ -61,14 +61,59 @@ def test_non_utc_timestamps_are_rejected(value: object) -> None:
         validate_timestamp(value)
 
 
-def test_upgrade_v1_to_v2_adds_an_empty_change_log_without_touching_the_input() -> None:
+V3_ADDITIONS = {
+    "pages": {"entries": [], "changes": [], "document_history": [], "submissions": [], "tasks": []},
+    "document_buckets": {},
+    "counts": {"sealed_submissions": 0, "documents": 0},
+}
+
+
+def test_upgrade_v1_to_v3_adds_an_empty_change_log_without_touching_the_input() -> None:
     old = v1_state()
     before = copy.deepcopy(old)
 
     new = session.upgrade(old)
 
     assert old == before
-    assert new == before | {"schema_version": 2, "changes": []}
+    # v1 -> v2 starts the log empty, so it holds nothing before the next cursor.
+    assert new == before | {"schema_version": 3, "changes": [], "changes_from": 2} | V3_ADDITIONS
+
+
+def test_upgrade_v2_to_v3_keeps_the_log_and_starts_an_empty_page_directory() -> None:
+    v2 = session.upgrade(v1_state())
+    v2, _ = session.commit(v2, {"entries": [{"role": "system", "text": "x"}], "documents": [
+        {"id": "d1", "type": "json", "data": 1}]}, T0)  # fmt: skip
+    for key in ("changes_from", *V3_ADDITIONS):
+        del v2[key]
+    v2["schema_version"] = 2
+    before = copy.deepcopy(v2)
+
+    new = session.upgrade(v2)
+
+    assert v2 == before
+    counted = {"counts": {"sealed_submissions": 0, "documents": 1}}
+    assert new == before | {"schema_version": 3, "changes_from": 2} | V3_ADDITIONS | counted
+    assert [c["cursor"] for c in session.changes_after(new, 1)] == [2]
+    with pytest.raises(CursorExpiredError):
+        session.changes_after(new, 0)
+
+
+def test_a_migrated_v2_state_is_sealed_by_its_next_write() -> None:
+    v2 = session.upgrade(v1_state())
+    for i in range(12):
+        v2, _ = session.commit(v2, {"entries": [{"role": "system", "text": f"e{i}"}]}, T0)
+    for key in ("changes_from", *V3_ADDITIONS):
+        del v2[key]
+    v2["schema_version"] = 2
+
+    new, _ = session.commit(v2, {"entries": [{"role": "system", "text": "last"}]}, T0)
+    head, pages = session.seal(new, 4)
+
+    assert head["schema_version"] == 3
+    assert len(head["entries"]) < 8 and pages
+    loaded = {ref: json.loads(text) for ref, text in pages.items()}
+    numbers = [e["n"] for e in session.entries_after(head, 0, None, loaded.__getitem__)]
+    assert numbers == list(range(1, 15))
 
 
 def test_a_current_state_is_not_copied_by_upgrade() -> None:
