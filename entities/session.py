@@ -43,7 +43,7 @@ from entities import session_pages
 from kernel import ids, pages
 from kernel import session as core
 from kernel.errors import ConflictError, KernelError, NotFoundError, ValidationError
-from kernel.submissions import FINAL_STATUSES
+from kernel.statuses import FINAL_SUBMISSION_STATUSES
 
 bp = df.Blueprint()
 
@@ -148,7 +148,7 @@ def _sealed_answer(state: dict[str, Any] | None, op: str, request: Any) -> Any:
     if sub_id is None or record is None:
         return None
     sub = record["submission"]
-    if sub["status"] not in FINAL_STATUSES:  # only settled submissions are sealed
+    if sub["status"] not in FINAL_SUBMISSION_STATUSES:  # only settled submissions are sealed
         return None
     if op == "accept":
         return {

@@ -50,6 +50,7 @@ from typing import Any
 
 from kernel.content import content_ref
 from kernel.errors import CursorExpiredError
+from kernel.statuses import FINAL_SUBMISSION_STATUSES, TERMINAL_TASK_STATUSES
 
 State = dict[str, Any]
 Loader = Callable[[str], dict[str, Any]]
@@ -59,8 +60,6 @@ FANOUT = 8
 DOCUMENT_BUCKETS = 32
 LOGS = ("entries", "changes", "document_history", "submissions", "tasks")
 _KEY = {"entries": "n", "changes": "cursor", "document_history": "cursor"}
-_FINAL = frozenset({"completed", "failed", "cancelled"})
-_TERMINAL = frozenset({"completed", "failed", "cancelled", "interrupted"})
 
 
 def empty_directory() -> dict[str, list[dict[str, Any]]]:
@@ -228,12 +227,12 @@ def _roots(tasks: dict[str, Any]) -> dict[str, str]:
 
 def _settled(state: State) -> list[dict[str, Any]]:
     """Final submissions whose every task is terminal, oldest first."""
-    final = [s for s in state["submissions"].values() if s["status"] in _FINAL]
+    final = [s for s in state["submissions"].values() if s["status"] in FINAL_SUBMISSION_STATUSES]
     if not final:
         return []
     tasks = state["tasks"]
     roots = _roots(tasks)
-    open_roots = {roots[t] for t, task in tasks.items() if task["status"] not in _TERMINAL}
+    open_roots = {roots[t] for t, task in tasks.items() if task["status"] not in TERMINAL_TASK_STATUSES}
     settled = [s for s in final if s["turn_instance_id"] not in open_roots]
     return sorted(settled, key=lambda s: s["entry"])
 
@@ -268,7 +267,7 @@ def _done_subtrees(state: State) -> list[list[str]]:
             continue
         for child in turn["children"]:
             members = _subtree(tasks, child)
-            if members and all(tasks[t]["status"] in _TERMINAL for t in members):
+            if members and all(tasks[t]["status"] in TERMINAL_TASK_STATUSES for t in members):
                 done.append(members)
     return done
 
