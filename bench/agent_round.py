@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.app.turn_support import run_id, submit, turn_env, wait_final  # noqa: E402
-from tests.harness import HostProcess  # noqa: E402
+from bench.kernel_client import kernel_env, run_id, submit, wait_final  # noqa: E402
+from durable_host.testing import HostProcess  # noqa: E402
 
 
 def counters(host: HostProcess) -> dict[str, int]:
@@ -86,7 +86,7 @@ def main() -> int:
     sizes = [int(n) for n in parser.parse_args().rounds.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
-        env = turn_env(Path(tmp), {"AGENT_MAX_ROUNDS": str(max(sizes) + 2)})
+        env = kernel_env(Path(tmp), {"AGENT_MAX_ROUNDS": str(max(sizes) + 2)})
         host = HostProcess(ROOT, f"sqlite:{db}", env=env).start()
         try:
             print("warming up ...", flush=True)

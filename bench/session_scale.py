@@ -32,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.app.turn_support import submit, turn_env, wait_final
-from tests.harness import HostProcess
+from bench.kernel_client import kernel_env, submit, wait_final
+from durable_host.testing import HostProcess
 
 ROUNDS_PER_SUBMISSION = 3  # calculate, remember, answer
 SESSION = "scale"
@@ -67,7 +67,7 @@ def main() -> int:
         {int(c) for c in args.checkpoints.split(",") if int(c) <= args.submissions}
     )
     tmp = Path(tempfile.mkdtemp(prefix="bench-session-"))
-    env = turn_env(tmp)
+    env = kernel_env(tmp)
     emulator = None
     if args.store == "azure":
         from durable_host import azurite
