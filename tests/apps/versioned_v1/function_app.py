@@ -1,0 +1,42 @@
+"""Version 1.0 of a small app for the host's version tests (``versioned_v2`` is its next deploy).
+
+``order`` marks its path, waits for the event ``go``, then starts ``report`` twice: once
+without a version (the child gets the serving host's ``defaultVersion``) and once pinned to
+the order's own version. ``countdown`` continues as new until its input ``left`` reaches 0 and
+returns the version it ended with.
+"""
+
+import azure.durable_functions as df
+
+app = df.DFApp()
+
+
+@app.orchestration_trigger(context_name="context")
+def order(context: df.DurableOrchestrationContext):
+    path = yield context.call_activity("mark", "v1-path")
+    context.set_custom_status({"phase": "waiting"})
+    yield context.wait_for_external_event("go")
+    child = yield context.call_sub_orchestrator("report", None, f"{context.instance_id}:report")
+    pinned = yield context.call_sub_orchestrator(
+        "report", None, f"{context.instance_id}:pinned", version=context.version
+    )
+    return {"version": context.version, "path": path, "child": child, "pinned": pinned}
+
+
+@app.orchestration_trigger(context_name="context")
+def report(context: df.DurableOrchestrationContext):
+    return context.version
+
+
+@app.orchestration_trigger(context_name="context")
+def countdown(context: df.DurableOrchestrationContext):
+    left = (context.get_input() or {}).get("left", 0)
+    if left > 0:
+        context.continue_as_new({"left": left - 1})
+        return None
+    return context.version
+
+
+@app.activity_trigger(input_name="label")
+def mark(label: str) -> str:
+    return label
