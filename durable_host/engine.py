@@ -436,6 +436,7 @@ class Engine:
                     "p99": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 3),
                 }
         summary["ready"] = len(self._queued)
+        summary["parked_for_version"] = len(self.parking)
         summary["running_activities"] = len(self.activities.running)
         if self.cache is not None:
             summary["history_cache"] = {

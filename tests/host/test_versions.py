@@ -91,6 +91,7 @@ def test_with_strict_matching_each_version_waits_visibly_for_a_host_of_its_own(m
     waiting_new = start_order(v2)
     wait_waiting(v2, waiting_new)
     listed = v2.get(f"{WEBHOOK}/instances?instanceIdPrefix={old}").json()
+    parked = v2.get("/admin/host/metrics").json()["parked_for_version"]
     assert v2.stop() == 0
 
     back = make_host("versioned_v1", env=STRICT).start()
@@ -102,6 +103,7 @@ def test_with_strict_matching_each_version_waits_visibly_for_a_host_of_its_own(m
     assert held["runtimeStatus"] == "Running" and held["customStatus"] == {"phase": "waiting"}
     assert held["versionBlock"]["versionMatchStrategy"] == "Strict"
     assert [s["versionBlock"]["instanceVersion"] for s in listed] == ["1.0"]
+    assert parked == 1
     assert renewed["output"]["path"] == "v2-path"
     # The returning 1.0 host finds the event still waiting and finishes on the 1.0 path.
     assert finished["output"] == {"version": "1.0", "path": "v1-path", "child": "1.0", "pinned": "1.0"}
@@ -113,8 +115,12 @@ def test_with_strict_matching_each_version_waits_visibly_for_a_host_of_its_own(m
 def test_with_the_fail_strategy_a_version_this_host_cannot_run_fails(make_host):
     host = make_host("versioned_v1", env=FAIL).start()
     instance = start_order(host, "2.0")
+    # Through the SDK's durable client: start_new(..., version=) -> ?version= on its RPC base.
+    older = host.post("/api/start/countdown?version=0.9", {"left": 1}).json()["id"]
 
     failed = host.wait_for_status(instance)
+    ran = host.wait_for_status(older)
 
     assert failed["runtimeStatus"] == "Failed"
     assert "VersionMismatch" in failed["output"] and "'2.0'" in failed["output"]
+    assert ran["output"] == "0.9" and ran["version"] == "0.9"  # older: CurrentOrOlder runs it

@@ -3,12 +3,28 @@
 ``order`` marks its path, waits for the event ``go``, then starts ``report`` twice: once
 without a version (the child gets the serving host's ``defaultVersion``) and once pinned to
 the order's own version. ``countdown`` continues as new until its input ``left`` reaches 0 and
-returns the version it ended with.
+returns the version it ended with. ``POST /api/start/{name}?version=`` starts an orchestrator
+through the SDK's durable client (``start_new(..., version=)``).
 """
 
-import azure.durable_functions as df
+import json
 
-app = df.DFApp()
+import azure.durable_functions as df
+import azure.functions as func
+
+app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
+
+
+@app.route(route="start/{name}", methods=["POST"])
+@app.durable_client_input(client_name="client")
+async def start(req: func.HttpRequest, client) -> func.HttpResponse:
+    body = req.get_body()
+    instance_id = await client.start_new(
+        req.route_params["name"],
+        client_input=json.loads(body) if body else None,
+        version=req.params.get("version"),
+    )
+    return func.HttpResponse(json.dumps({"id": instance_id}), mimetype="application/json")
 
 
 @app.orchestration_trigger(context_name="context")
