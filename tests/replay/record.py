@@ -1,6 +1,11 @@
 """Record the golden histories of the turn's orchestrators from real runs on the durable host.
 
-    python -m tests.replay.record            # rewrites tests/replay/histories/*.json
+    python -m tests.replay.record     # rewrites tests/replay/histories/<defaultVersion>/*.json
+
+The corpus is per app version: instances are recorded at the version the app's host.json
+deploys (``defaultVersion``), into ``histories/<that version>/``; the corpora of older
+versions stay as they are (``unversioned/`` holds instances from before versions existed), so
+CI keeps replaying every version that may still have running instances against today's code.
 
 Each scenario runs on a fresh host with a SQLite store; the raw history of every instance of
 interest is read from the store's ``history(instance_id, seq, event)`` table, exactly as the
@@ -29,6 +34,16 @@ from tests.app.turn_support import (
 from tests.harness import ROOT, HostProcess
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
+
+
+def app_version() -> str:
+    """The version the app deploys: host.json ``defaultVersion`` ("" when it names none)."""
+    durable = json.loads((ROOT / "host.json").read_text())["extensions"]["durableTask"]
+    return str(durable.get("defaultVersion") or "")
+
+
+def corpus_dir(version: str) -> Path:
+    return HISTORIES / (version or "unversioned")
 Recorder = Callable[[HostProcess, ModelServer], dict[str, str]]
 
 
@@ -39,6 +54,7 @@ def tools_turn(host: HostProcess, model: ModelServer) -> dict[str, str]:
     wait_final(host, "golden-tools", sub)
     run = run_id("golden-tools", sub)
     return {
+        "agent_turn.tools": ids.turn_instance_id("golden-tools", sub),
         "agent_run.tools": run,
         "agent_round.tool_round": f"{run}:round-1",
         "agent_round.answer": f"{run}:round-4",
@@ -128,7 +144,9 @@ def export(db: Path, instance_id: str) -> dict[str, Any]:
     }
 
 
-def run(recorders: list[Recorder], model: ModelServer, env: dict[str, str], tmp: Path) -> int:
+def run(
+    recorders: list[Recorder], model: ModelServer, env: dict[str, str], tmp: Path, out: Path
+) -> int:
     host = HostProcess(ROOT, f"sqlite:{tmp / 'golden.db'}", env=turn_env(tmp, env)).start()
     try:
         for recorder in recorders:
@@ -137,7 +155,7 @@ def run(recorders: list[Recorder], model: ModelServer, env: dict[str, str], tmp:
                 text = json.dumps(recorded, indent=1, sort_keys=True)
                 if str(tmp) in text:
                     raise SystemExit(f"{label}: the history names a machine path; not written")
-                (HISTORIES / f"{label}.json").write_text(text + "\n")
+                (out / f"{label}.json").write_text(text + "\n")
                 print(f"{label}: {len(recorded['events'])} events")
     finally:
         host.kill()
@@ -145,11 +163,13 @@ def run(recorders: list[Recorder], model: ModelServer, env: dict[str, str], tmp:
 
 
 def main() -> int:
-    HISTORIES.mkdir(parents=True, exist_ok=True)
+    out = corpus_dir(app_version())
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"recording the corpus of version {app_version() or '(none)'} into {out.name}/")
     model = ModelServer().start()
     try:
         with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as second:
-            run(OFFLINE, model, {}, Path(first))
+            run(OFFLINE, model, {}, Path(first), out)
             run(
                 WITH_MODEL,
                 model,
@@ -160,6 +180,7 @@ def main() -> int:
                     "AGENT_MAX_CONCURRENT_MODEL_CALLS": "1",
                 },
                 Path(second),
+                out,
             )
     finally:
         model.stop()
