@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,8 @@ class HostConfig:
     default_version: str | None = None
     function_timeout: float | None = None
     overridable_states: tuple[str, ...] = NON_RUNNING
-    versioning: VersionPolicy = VersionPolicy()  # defaultVersion and the match/failure strategies
+    # defaultVersion and the version match/failure strategies (versioning.py)
+    versioning: VersionPolicy = field(default_factory=VersionPolicy)
 
 
 def parse_timespan(text: str) -> float:
