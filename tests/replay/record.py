@@ -18,11 +18,13 @@ import json
 import sqlite3
 import sys
 import tempfile
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kernel import ids
+from services.mailbox.testing import start_mailbox, stop_mailbox
 from tests.app.turn_support import (
     ModelServer,
     run_id,
@@ -119,6 +121,31 @@ def slot_wait(host: HostProcess, model: ModelServer) -> dict[str, str]:
     return {"agent_round.slot_wait": round_b}
 
 
+def notices(host: HostProcess, model: ModelServer) -> dict[str, str]:
+    """The notices workflow to two recipients through the real mailbox, one rejected."""
+    created = host.post(
+        "/api/sessions/golden-notices/submissions", {"requestId": "setup", "text": "hello"}
+    ).json()
+    host.wait_for_status(created["instanceId"], timeout=60)
+    parent = ids.child_task_id(created["instanceId"], "notices")
+    job = {
+        "session_id": "golden-notices",
+        "submission_id": created["submissionId"],
+        "tool_task_id": created["instanceId"],
+        "recipients": ["ana@example.com", "blocked@example.com"],
+        "subject": "Q3 update",
+        "body": "Your plan changes on May 1.",
+        "settings": {"confirm_interval_s": 0.2, "retry_backoff_s": 0.1, "cancel_grace_s": 5},
+    }
+    host.start_orchestration("send_notices", job, parent)
+    host.wait_for_status(parent, timeout=60)
+    return {
+        "send_notices.settled": parent,
+        "send_notice.confirmed": f"{parent}:mail-1",
+        "send_notice.rejected": f"{parent}:mail-2",
+    }
+
+
 OFFLINE: list[Recorder] = [tools_turn, approval]
 WITH_MODEL: list[Recorder] = [rate_limited, attention, slot_wait]
 
@@ -162,6 +189,24 @@ def run(
     return 0
 
 
+def record_notices(model: ModelServer, out: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        mailbox, base_url = start_mailbox(Path(tmp) / "mailbox.db")
+        try:
+            json_request(f"{base_url}/control", {"reject": ["blocked@example.com"]})
+            run([notices], model, {"AGENT_MAIL_BASE_URL": base_url}, Path(tmp), out)
+        finally:
+            stop_mailbox(mailbox)
+
+
+def json_request(url: str, body: Any) -> Any:
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
+
+
 def main() -> int:
     out = corpus_dir(app_version())
     out.mkdir(parents=True, exist_ok=True)
@@ -182,6 +227,7 @@ def main() -> int:
                 Path(second),
                 out,
             )
+        record_notices(model, out)
     finally:
         model.stop()
     return 0

@@ -24,7 +24,7 @@ import pytest
 from durable_host import orchestration, wire
 from durable_host import shim as shim_mod
 from durable_host.history import EventType
-from orchestrators import agent_round, agent_run, agent_turn, tool_task
+from orchestrators import agent_round, agent_run, agent_turn, notices, tool_task
 from tests.replay.record import app_version, corpus_dir
 
 HISTORY_DIR = Path(__file__).resolve().parent / "histories"
@@ -35,6 +35,8 @@ HANDLES: dict[str, Callable[[str], str]] = {
     "agent_run": agent_run.agent_run._function._func,
     "agent_round": agent_round.agent_round._function._func,
     "tool_task": tool_task.tool_task._function._func,
+    "send_notices": notices.send_notices._function._func,
+    "send_notice": notices.send_notice._function._func,
 }
 RERECORD = (
     "If no instance of this version can still be running when the change ships, re-record"
@@ -86,7 +88,7 @@ def check(path: Path, handles: dict[str, Callable[[str], str]] | None = None) ->
         )
 
 
-def test_the_current_version_has_golden_histories_of_every_orchestrator_of_the_turn():
+def test_the_current_version_has_golden_histories_of_every_orchestrator_of_the_app():
     current = corpus_dir(app_version())
     recorded = {json.loads(p.read_text())["orchestrator"] for p in current.glob("*.json")}
 
