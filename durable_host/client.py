@@ -237,8 +237,8 @@ class DurableClient:
     ) -> dict[str, Any] | None:
         record = await self.store.get_instance(instance_id)
         if record is None:
-            return None
-        payload = status_payload(record, show_input)
+            return self._parked_status(instance_id)
+        payload = status_payload(record, show_input, self.engine.parking.status(instance_id))
         if show_history and record.status != RuntimeStatus.PENDING:  # the extension shows none yet
             events = await self.store.get_history(instance_id)
             payload["historyEvents"] = transform_history(events, show_history_output)
@@ -248,7 +248,24 @@ class DurableClient:
         self, query: Query, show_input: bool = True
     ) -> tuple[list[dict[str, Any]], str | None]:
         page = await self.store.query(query)
-        return [status_payload(r, show_input) for r in page.records], page.continuation
+        parking = self.engine.parking
+        payloads = [
+            status_payload(r, show_input, parking.status(r.instance_id)) for r in page.records
+        ]
+        return payloads, page.continuation
+
+    def _parked_status(self, instance_id: str) -> dict[str, Any] | None:
+        """A sub-orchestration whose start this host left untouched has no record yet: its
+        status is Pending, from what the engine knows, so a waiting child is visible too."""
+        parked = self.engine.parking.verdict(instance_id)
+        if parked is None:
+            return None
+        verdict, since = parked
+        record = InstanceRecord(
+            instance_id=instance_id, name=verdict.name, status=RuntimeStatus.PENDING,
+            version=verdict.version, created_at=since, updated_at=since,
+        )
+        return status_payload(record, True, verdict.to_status(since))
 
     async def purge(self, instance_id: str) -> int:
         record = await self.store.get_instance(instance_id)
@@ -300,9 +317,14 @@ def _api_time(stamp: str) -> str:
     return stamp[:19] + "Z" if stamp else stamp
 
 
-def status_payload(record: InstanceRecord, show_input: bool) -> dict[str, Any]:
+def status_payload(
+    record: InstanceRecord, show_input: bool, version_block: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The extension's status fields, plus ``version`` (the instance's orchestration version)
+    and, while this host leaves the instance untouched for its version, ``versionBlock``
+    (``docs/versioning.md``): ``customStatus`` stays the orchestrator's own."""
     output = record.output_json
-    return {
+    payload = {
         "name": record.name,
         "instanceId": record.instance_id,
         "runtimeStatus": record.status,
@@ -311,7 +333,11 @@ def status_payload(record: InstanceRecord, show_input: bool) -> dict[str, Any]:
         "output": wire.parse_stored(output),
         "createdTime": _api_time(record.created_at),
         "lastUpdatedTime": _api_time(record.updated_at),
+        "version": record.version or "",
     }
+    if version_block is not None:
+        payload["versionBlock"] = version_block
+    return payload
 
 
 def transform_history(events: list[dict[str, Any]], with_output: bool) -> list[dict[str, Any]]:

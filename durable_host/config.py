@@ -6,6 +6,9 @@ Read from host.json: ``extensions.http.routePrefix`` (default ``api``),
 ``maxConcurrentActivityFunctions`` / ``maxConcurrentOrchestratorFunctions`` /
 ``maxConcurrentEntityFunctions`` (default 10 each), ``defaultVersion``,
 ``overridableExistingInstanceStates`` (``NonRunningStates`` default, or ``AnyState``),
+``versionMatchStrategy`` / ``versionFailureStrategy`` (``versioning.py``; these and
+``defaultVersion`` may be overridden by ``AzureFunctionsJobHost__extensions__durableTask__*``
+app settings, as the Functions host allows),
 and the top-level ``functionTimeout`` (``hh:mm:ss``) applied to activities.
 """
 
@@ -14,11 +17,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from durable_host.records import RuntimeStatus
+from durable_host.versioning import VersionPolicy, VersionSettingError, policy_from
 
 # overridableExistingInstanceStates: the statuses in which a start may reuse an id.
 NON_RUNNING: tuple[str, ...] = (
@@ -47,6 +52,8 @@ class HostConfig:
     default_version: str | None = None
     function_timeout: float | None = None
     overridable_states: tuple[str, ...] = NON_RUNNING
+    # defaultVersion and the version match/failure strategies (versioning.py)
+    versioning: VersionPolicy = field(default_factory=VersionPolicy)
 
 
 def parse_timespan(text: str) -> float:
@@ -58,7 +65,9 @@ def parse_timespan(text: str) -> float:
     return int(days or 0) * 86400 + int(hours) * 3600 + int(minutes) * 60 + float(seconds)
 
 
-def parse_host_json(app_dir: Path, data: dict[str, Any]) -> HostConfig:
+def parse_host_json(
+    app_dir: Path, data: dict[str, Any], environ: Mapping[str, str] | None = None
+) -> HostConfig:
     extensions = data.get("extensions") or {}
     http = extensions.get("http") or {}
     durable = extensions.get("durableTask") or {}
@@ -67,6 +76,10 @@ def parse_host_json(app_dir: Path, data: dict[str, Any]) -> HostConfig:
         raise ConfigError(f"hubName {hub!r} must be 3-50 letters or digits, starting with a letter")
     states = durable.get("overridableExistingInstanceStates", "NonRunningStates")
     timeout = data.get("functionTimeout")
+    try:
+        versioning = policy_from(durable, environ)  # app settings may override host.json
+    except VersionSettingError as exc:
+        raise ConfigError(str(exc)) from exc
     return HostConfig(
         app_dir=app_dir,
         route_prefix=str(http.get("routePrefix", "api")).strip("/"),
@@ -74,9 +87,10 @@ def parse_host_json(app_dir: Path, data: dict[str, Any]) -> HostConfig:
         max_activities=int(durable.get("maxConcurrentActivityFunctions", 10)),
         max_orchestrators=int(durable.get("maxConcurrentOrchestratorFunctions", 10)),
         max_entities=int(durable.get("maxConcurrentEntityFunctions", 10)),
-        default_version=durable.get("defaultVersion"),
+        default_version=versioning.default_version,
         function_timeout=parse_timespan(timeout) if timeout else None,
         overridable_states=ANY_STATE if str(states).lower() == "anystate" else NON_RUNNING,
+        versioning=versioning,
     )
 
 
@@ -88,7 +102,7 @@ def load(app_dir: Path) -> HostConfig:
             data = json.loads(path.read_text())
         except ValueError as exc:
             raise ConfigError(f"{path} is not valid JSON: {exc}") from exc
-    return parse_host_json(Path(app_dir), data)
+    return parse_host_json(Path(app_dir), data, os.environ)
 
 
 def apply_local_settings(app_dir: Path) -> None:

@@ -32,6 +32,14 @@ dequeue count. An inbox message or history row that cannot be decoded fails its
 instance at once. Failed attempts are retried with exponential back-off (at most 30 s),
 so a poison instance costs no CPU while it waits.
 
+Versions (``versioning.py``): before an episode the engine checks the instance's version
+against this host's policy, before counting an attempt. A version it must not run is, with
+``Reject``, *parked*: nothing is read further, consumed, counted or written, the instance's
+status shows why (``versioning.Parking``, ``DurableClient.status``), and scans that find its
+waiting messages again do not take it for ``Parking.RECHECK_SECONDS``; a message written
+through this host takes it at once. With ``Fail`` the episode fails the instance instead
+of running its code.
+
 Stop (SIGTERM): no new work is taken; running episodes finish their commit; running
 activities get ``grace`` seconds, and an abandoned one is released to run again after
 restart (a sync activity's thread cannot be killed: it is left running, its late result
@@ -51,7 +59,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from durable_host import entity, faults, logs, orchestration, replay, sessions
+from durable_host import entity, faults, logs, orchestration, replay, sessions, versioning
 from durable_host import history as h
 from durable_host.activity_runner import ActivityRunner
 from durable_host.config import HostConfig
@@ -117,6 +125,7 @@ class Engine:
         self._failures: dict[str, int] = {}  # instances whose processing failed, in a row
         # Instances whose last attempt a store error ended: its count, for the next attempt.
         self._uncounted: dict[str, int] = {}
+        self.parking = versioning.Parking()  # instances left untouched for their version
         self._ready: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
         self._running: set[str] = set()
@@ -146,7 +155,7 @@ class Engine:
             log.warning("fast timestamp parsing is off: dateutil disagrees on this machine")
         now = self.now()
         for instance_id in await self.store.ready_instances(now):
-            self.notify(instance_id)
+            self.rediscover(instance_id)
         for work in await self.store.pending_activities():
             self.activities.spawn(work)
         workers = max(1, self.config.max_orchestrators) + max(1, self.config.max_entities)
@@ -182,6 +191,11 @@ class Engine:
         elif instance_id not in self._queued:
             self._queued.add(instance_id)
             self._ready.put_nowait(instance_id)
+
+    def rediscover(self, instance_id: str) -> None:
+        """A scan found waiting messages again: take the instance unless it is parked."""
+        if not self.parking.skips(instance_id, time.monotonic()):
+            self.notify(instance_id)
 
     def wake_timers(self) -> None:
         self._wake.set()
@@ -241,8 +255,13 @@ class Engine:
         status = record.status if record else None
         if not entity_id and orchestration.all_held(status, [m for _, m in messages]):
             return  # e.g. events for a suspended instance: nothing to do, nothing to count
+        verdict = None if entity_id else self._version_verdict(instance_id, record, messages)
+        if verdict is not None and not verdict.fail:
+            return  # parked: untouched, not even counted as an attempt
         counting = time.perf_counter()
         attempts, poison = await self._count_attempt(instance_id)
+        if verdict is not None:
+            poison = poison or verdict.reason
         self.timings["attempt"].append(time.perf_counter() - counting)
         try:
             if entity_id:
@@ -256,6 +275,28 @@ class Engine:
             raise
         if len(messages) >= MESSAGE_BATCH:
             self._dirty.add(instance_id)
+
+    def _version_verdict(
+        self,
+        instance_id: str,
+        record: InstanceRecord | None,
+        messages: list[tuple[int, dict[str, Any]]],
+    ) -> versioning.Verdict | None:
+        """This host's verdict on the version of the code these messages would run."""
+        verdict = versioning.blocked(
+            self.config.versioning,
+            record.status if record else None,
+            record.version if record else None,
+            [m for _, m in messages],
+            record.name if record else "",
+        )
+        if verdict is None:
+            self.parking.release(instance_id)
+        elif not verdict.fail and self.parking.park(
+            instance_id, verdict, self.now(), time.monotonic()
+        ):
+            log.warning("left untouched: %s", verdict.reason)
+        return verdict
 
     async def _count_attempt(self, instance_id: str) -> tuple[int, str | None]:
         """Count this attempt (unless a store error ended the last one: it takes its
@@ -305,6 +346,7 @@ class Engine:
         episode = await asyncio.to_thread(
             orchestration.run_episode, handle, view, messages, now, uuid.uuid4().hex,
             compact=self.fast_replay, poison=poison, session=session,
+            default_version=self.config.versioning.default_version,
         )
         replayed = time.perf_counter()
         if not episode.consumed:
@@ -414,6 +456,7 @@ class Engine:
                     "p99": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 3),
                 }
         summary["ready"] = len(self._queued)
+        summary["parked_for_version"] = len(self.parking)
         summary["running_activities"] = len(self.activities.running)
         if self.cache is not None:
             summary["history_cache"] = {
@@ -489,7 +532,7 @@ class Engine:
         """Notify instances with due timers; return how long to sleep until the next one."""
         now = self.now()
         for instance_id in await self.store.ready_instances(now, due_only=True):
-            self.notify(instance_id)
+            self.rediscover(instance_id)
         due = await self.store.next_due(now)
         if due is None:
             return MAX_IDLE_WAIT
@@ -497,10 +540,22 @@ class Engine:
         return min(MAX_IDLE_WAIT, max(delta, 0.0) + 0.001)
 
     async def _poll_loop(self) -> None:
-        """Take up work this process was not notified of; ``poll`` paces itself (back-off)."""
+        """Take up work this process was not notified of; ``poll`` paces itself (back-off).
+
+        A store reports parked instances again and again (their messages stay visible, so
+        its own pacing stays quick): when a poll brings nothing but parked instances, the
+        loop backs off by itself, up to ``MAX_IDLE_WAIT``.
+        """
+        idle = 0.0
         while True:
             instance_ids, works = await self.store.poll()
-            for instance_id in instance_ids:
+            fresh = [i for i in instance_ids if not self.parking.skips(i, time.monotonic())]
+            for instance_id in fresh:
                 self.notify(instance_id)
             for work in works:
                 self.activities.spawn(work)
+            if instance_ids and not fresh and not works:
+                idle = min(MAX_IDLE_WAIT, max(0.5, idle * 2))
+                await asyncio.sleep(idle)
+            else:
+                idle = 0.0

@@ -76,8 +76,14 @@ def run_episode(
     compact: bool = False,
     poison: str | None = None,
     session: Session | None = None,
+    default_version: str | None = None,
 ) -> Episode:
     """Decide one episode. ``handle`` None means the orchestrator is not defined.
+
+    ``default_version`` is the version a sub-orchestration started without one gets (host.json
+    ``defaultVersion``). A version this host must not run is decided before the episode
+    (``versioning.blocked``): rejected, the episode never runs; failed, it comes in as
+    ``poison`` (the instance fails with that reason and its code does not run).
 
     ``compact`` hands the SDK only the events it reads (``replay.sdk_history``: the same
     decisions for less work); ``session`` continues the SDK's live orchestration from the
@@ -106,7 +112,7 @@ def run_episode(
         )
         result = episode
     else:
-        result = _invoke(handle, episode, state, now, compact, session)
+        result = _invoke(handle, episode, state, now, compact, session, default_version)
     if session is not None and result.status not in (None, RuntimeStatus.RUNNING):
         session.reset()  # finished, failed or continued as new: nothing to continue
     if state.rewritten:
@@ -333,6 +339,7 @@ def _invoke(
     now: str,
     compact: bool,
     session: Session | None,
+    default_version: str | None = None,
 ) -> Episode:
     _copy_start(episode, state)
     events = [*state.history, h.orchestrator_started(now), *state.new_events]
@@ -348,9 +355,10 @@ def _invoke(
     view = InstanceView(
         state.view.instance_id, RuntimeStatus.RUNNING, state.execution_id, events, name
     )
-    shim = Shim(view, events, now, state.execution_id or "")
+    shim = Shim(view, events, now, state.execution_id or "", default_version)
     try:
         resolved = shim.walk(decided.actions)
+        shim.check_replayed()
     except NonDeterminismError as exc:
         return _finish_failed(episode, prefix, started, str(exc), now)
     if decided.has_custom_status:

@@ -7,6 +7,14 @@ already in history (a mismatch is a ``NonDeterminismError``), releases action k+
 action k resolved under .NET ``WhenAll``/``WhenAny`` rules (strict scheduling), runs the
 retries the SDK only mirrors, and collects the new scheduling events and the outgoing
 messages (activity work items, child starts, entity operations, timers) for the rest.
+A child started without a version gets the host's ``default_version`` (host.json
+``defaultVersion``), as the extension does; the parent's own version goes into the child's
+``ParentInstance``.
+
+Non-determinism is named, never silent: a recorded scheduling event that the code now asks
+for differently, or that the code no longer asks for at all (``check_replayed``), raises
+``NonDeterminismError`` with a message naming the event (type, sequence id, name), what
+history recorded and what the code does now.
 Each walked action is a ``Node`` that records the sequence ids it took, which is what a
 rewind needs to know (``rewind.py``).
 """
@@ -30,6 +38,57 @@ _REQUEST_NAMESPACE = uuid.UUID("7b0c3c8e-9a55-4b55-9a39-3b1f0f7c1d11")
 
 class NonDeterminismError(Exception):
     pass
+
+
+NON_DETERMINISTIC = "Non-Deterministic workflow detected"
+CHANGED_CODE = (
+    "Was the orchestrator code changed while this instance was running? Keep the old"
+    " behaviour for running instances (branch on context.version, docs/versioning.md)."
+)
+_RETRY_TIMER = {"actionType": ActionType.CREATE_TIMER, "retryTimer": True}
+
+
+def describe_event(event: Event) -> str:
+    """``TaskScheduled #3 (activity 'send')``: a recorded scheduling event, as a reader names it."""
+    kind = event["EventType"]
+    name = event.get("Name")
+    what = {
+        EventType.TASK_SCHEDULED: f"activity '{name}'",
+        EventType.SUB_ORCHESTRATION_CREATED: f"sub-orchestration '{name}'"
+        + (f" instance '{event.get('InstanceId')}'" if event.get("InstanceId") else ""),
+        EventType.TIMER_CREATED: f"timer firing at {event.get('FireAt')}",
+        EventType.EVENT_SENT: f"entity operation '{name}' on '{event.get('InstanceId')}'",
+    }.get(kind, f"'{name}'")
+    return f"{h.event_type_name(kind)} #{event.get('EventId')} ({what})"
+
+
+def describe_action(action: dict[str, Any] | None) -> str:
+    """What an SDK action asks for, in the words ``describe_event`` uses."""
+    if action is None:
+        return "nothing"
+    if action.get("retryTimer"):
+        return "a retry timer"
+    kind = ActionType(action["actionType"])
+    name = action.get("functionName")
+    if kind in (ActionType.CALL_ACTIVITY, ActionType.CALL_ACTIVITY_WITH_RETRY):
+        return f"a call to activity '{name}'"
+    if kind in (ActionType.CALL_SUB_ORCHESTRATOR, ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY):
+        child = action.get("instanceId")
+        return f"sub-orchestration '{name}'" + (f" instance '{child}'" if child else "")
+    if kind == ActionType.CREATE_TIMER:
+        return f"a timer firing at {action.get('fireAt')}"
+    if kind in (ActionType.CALL_ENTITY, ActionType.SIGNAL_ENTITY):
+        verb = "a signal of" if kind == ActionType.SIGNAL_ENTITY else "a call of"
+        return f"{verb} entity operation '{action.get('operation')}' on '{action.get('instanceId')}'"
+    if kind == ActionType.CALL_HTTP:
+        request = action.get("httpRequest") or {}
+        return f"an HTTP call ({request.get('method')} {request.get('uri')})"
+    if kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
+        return f"a wait for external event '{action.get('externalEventName')}'"
+    if kind in (ActionType.WHEN_ALL, ActionType.WHEN_ANY):
+        children = action.get("compoundActions") or []
+        return f"{kind.name.lower()} of [{', '.join(describe_action(c) for c in children)}]"
+    return kind.name.lower().replace("_", " ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +128,20 @@ class Node:
 class Shim:
     """Replays history against the action list the way DTFx + the shim would."""
 
-    def __init__(self, view: InstanceView, events: list[Event], now: str, execution_id: str):
+    def __init__(
+        self,
+        view: InstanceView,
+        events: list[Event],
+        now: str,
+        execution_id: str,
+        default_version: str | None = None,
+    ):
         self.view = view
+        self.default_version = default_version
+        started = next((e for e in events if e["EventType"] == EventType.EXECUTION_STARTED), {})
+        self.version = started.get("Version") or ""
+        self.claimed: set[int] = set()  # ids of recorded scheduling events an action matched
+        self.last_action: dict[str, Any] | None = None
         # Only the events ``_apply`` acts on: the rest would be skipped one by one.
         self.events = [e for e in events if e["EventType"] in _APPLIED]
         self.pos = 0
@@ -92,6 +163,7 @@ class Shim:
     def walk(self, actions: list[dict[str, Any]]) -> bool:
         """Release actions in order; True if every action resolved."""
         for action in actions:
+            self.last_action = action
             node = self._start(action)
             if not self._await(node):
                 return False
@@ -132,7 +204,9 @@ class Shim:
         self.counter += 1
         return value
 
-    def _recorded(self, event_id: int, kind: EventType, name: str | None) -> bool:
+    def _recorded(
+        self, event_id: int, kind: EventType, name: str | None, action: dict[str, Any]
+    ) -> bool:
         """True if history already holds this scheduling event; raise on a mismatch."""
         event = self.scheduled.get(event_id)
         if event is None:
@@ -142,18 +216,36 @@ class Shim:
             name is not None and str(recorded_name).lower() != name.lower()
         ):
             raise NonDeterminismError(
-                f"Non-Deterministic workflow detected: history has {EventType(event['EventType']).name}"
-                f" '{recorded_name}' with sequence id {event_id}, but the replay scheduled"
-                f" {kind.name} '{name}'. Was the orchestrator code changed while this instance"
-                " was running?"
+                f"{NON_DETERMINISTIC}: history event {describe_event(event)} was expected,"
+                f" but the orchestrator code now schedules {describe_action(action)} with"
+                f" sequence id {event_id}. {CHANGED_CODE}"
             )
+        self.claimed.add(event_id)
         return True
+
+    def check_replayed(self) -> None:
+        """Raise if history holds a scheduling event that the code no longer asks for.
+
+        Call after ``walk``: every recorded scheduling event must have been matched by an
+        action (DTFx fails such a replay too; the SDK alone would silently park the result).
+        """
+        for event_id in sorted(set(self.scheduled) - self.claimed):
+            event = self.scheduled[event_id]
+            now = (
+                f"its last action is {describe_action(self.last_action)}"
+                if self.last_action is not None
+                else "it schedules nothing"
+            )
+            raise NonDeterminismError(
+                f"{NON_DETERMINISTIC}: history event {describe_event(event)} was expected,"
+                f" but the orchestrator code no longer schedules it ({now}). {CHANGED_CODE}"
+            )
 
     def _schedule_activity(self, node: Node, event_id: int) -> None:
         name, input_json = node.action["functionName"], node.action.get("input")
         node.ids.append(event_id)
         self.pending[event_id] = ("task", node)
-        if self._recorded(event_id, EventType.TASK_SCHEDULED, name):
+        if self._recorded(event_id, EventType.TASK_SCHEDULED, name, node.action):
             return
         self.new_events.append(h.task_scheduled(event_id, self.now, name, input_json))
         payload = {
@@ -169,7 +261,7 @@ class Shim:
         request = node.action["httpRequest"]
         node.ids.append(event_id)
         self.pending[event_id] = ("task", node)
-        if self._recorded(event_id, EventType.TASK_SCHEDULED, "BuiltIn::HttpActivity"):
+        if self._recorded(event_id, EventType.TASK_SCHEDULED, "BuiltIn::HttpActivity", node.action):
             return
         self.new_events.append(
             h.task_scheduled(event_id, self.now, "BuiltIn::HttpActivity", json.dumps(request))
@@ -189,15 +281,19 @@ class Shim:
         child_id = action.get("instanceId") or f"{self.execution_id}:{event_id}"
         node.ids.append(event_id)
         self.pending[event_id] = ("task", node)
-        if self._recorded(event_id, EventType.SUB_ORCHESTRATION_CREATED, name):
+        if self._recorded(event_id, EventType.SUB_ORCHESTRATION_CREATED, name, action):
             return
         input_json = json.dumps(action.get("input"))
+        # The SDK sends "version": null when the call names none: the host's default applies.
         version = action.get("version")
+        if version is None:
+            version = self.default_version
         self.new_events.append(
             h.sub_orchestration_created(event_id, self.now, name, child_id, input_json, version)
         )
         start = child_start(
-            name, child_id, input_json, version, self.view, self.execution_id, event_id, self.now
+            name, child_id, input_json, version, self.view, self.execution_id, event_id, self.now,
+            parent_version=self.version,
         )
         message = {"kind": MessageKind.START, "event": start}
         self.outbox.append(Outgoing(OutgoingKind.MESSAGE, child_id, message))
@@ -205,7 +301,7 @@ class Shim:
     def _schedule_timer(self, node: Node, event_id: int) -> None:
         fire_at = node.action["fireAt"]
         canceled = bool(node.action.get("isCanceled"))
-        if not self._recorded(event_id, EventType.TIMER_CREATED, None):
+        if not self._recorded(event_id, EventType.TIMER_CREATED, None, node.action):
             self.new_events.append(h.timer_created(event_id, self.now, fire_at))
             if not canceled:
                 self._fire_later(event_id, fire_at)
@@ -232,7 +328,7 @@ class Shim:
         action = node.action
         target, operation = action["instanceId"], action["operation"]
         recorded = self.scheduled.get(event_id)
-        if self._recorded(event_id, EventType.EVENT_SENT, operation):
+        if self._recorded(event_id, EventType.EVENT_SENT, operation, action):
             assert recorded is not None
             request_id = json.loads(recorded["Input"])["id"]
         else:
@@ -297,7 +393,7 @@ class Shim:
         interval = timedelta(milliseconds=int(options["firstRetryIntervalInMilliseconds"]))
         fire_at = h.format_time(h.parse_time(self.clock) + interval)
         self.pending[timer_id] = ("retry", node)
-        if not self._recorded(timer_id, EventType.TIMER_CREATED, None):
+        if not self._recorded(timer_id, EventType.TIMER_CREATED, None, _RETRY_TIMER):
             self.new_events.append(h.timer_created(timer_id, self.now, fire_at))
             self._fire_later(timer_id, fire_at)
 
@@ -337,6 +433,7 @@ def child_start(
     execution_id: str,
     event_id: int,
     at: str,
+    parent_version: str = "",
 ) -> Event:
     """The ExecutionStarted a parent sends to start (or restart) a sub-orchestration."""
     return h.execution_started(
@@ -348,7 +445,7 @@ def child_start(
         version=version,
         parent={
             "Name": view.name,
-            "Version": "",
+            "Version": parent_version,
             "TaskScheduleId": event_id,
             "OrchestrationInstance": {"InstanceId": view.instance_id, "ExecutionId": execution_id},
         },

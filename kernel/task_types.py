@@ -1,11 +1,21 @@
-"""Custom durable task types: kind -> version and input schema, and the notices contract. Pure.
+"""Durable task types: kind -> version (and input schema), and the notices contract. Pure.
 
-A custom task is an orchestration whose name is its ``kind``; its task record in the session
-carries ``kind`` and ``version`` from this registry, so a reader of the task graph knows which
-code and which input shape produced it.
+Every kind of task in the session's task graph - ``turn``, ``round``, ``model_call``, ``tool``,
+``send_notices``, ``send_notice`` - is registered here with its version, and its task record
+carries ``kind`` and ``version``, so a reader of the task graph knows which code and which
+input shape produced it. A custom task is an orchestration whose name is its ``kind``.
+
+Versions (docs/versioning.md): the app is deployed with an orchestration version (host.json
+``defaultVersion``) and every instance keeps the one it started with (``context.version``).
+A kind's version changes when its orchestrator changes in a way that is not replay-safe; the
+kind then records, in ``since``, the first app version that runs the new behaviour, and the
+orchestrator branches with ``TaskType.follows`` (``kernel.versions.compare``, the runtime's
+comparison), keeping the old path for instances of older app versions.
 
 Contract:
-* ``TASK_TYPES`` maps a kind to a ``TaskType`` (kind, version, input model). ``parse_input``
+* ``TASK_TYPES`` maps a kind to a ``TaskType`` (kind, version, input model, orchestrator,
+  ``since``). ``version_for(app_version)`` is the kind version an instance of that app
+  version follows; the last entry of ``since`` is the current ``version``. ``parse_input``
   validates an input against its kind's model and returns the model, or raises a
   ``ValidationError`` whose ``code`` says what is wrong and whose ``field`` says where
   (``recipients[2]``). Models are strict and refuse unknown fields.
@@ -35,7 +45,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import AfterValidator, ConfigDict, Field
 
-from kernel import ids
+from kernel import ids, versions
 from kernel.content import CONTENT_REF_PATTERN
 from kernel.documents import DOCUMENT_ID_PATTERN, MAX_RECIPIENTS, Email
 from kernel.errors import KernelError, ValidationError
@@ -139,12 +149,32 @@ class SendNoticeInput(_Strict):
 class TaskType:
     kind: str
     version: str
-    input_model: type[pydantic.BaseModel]
+    input_model: type[pydantic.BaseModel] | None = None  # None: its input is checked elsewhere
+    orchestrator: str | None = None  # the orchestration that runs it (None: a step's record)
+    # (kind version, first app version that runs it), oldest first; "" = since the beginning
+    since: tuple[tuple[str, str], ...] = (("1", ""),)
+
+    def version_for(self, app_version: str | None) -> str:
+        """The kind version an instance of ``app_version`` follows."""
+        chosen = self.since[0][0]
+        for kind_version, first in self.since:
+            if versions.at_least(app_version, first):
+                chosen = kind_version
+        return chosen
+
+    def follows(self, app_version: str | None, kind_version: str) -> bool:
+        """Does an instance of ``app_version`` follow ``kind_version`` of this kind or later?"""
+        first = dict(self.since)[kind_version]
+        return versions.at_least(app_version, first)
 
 
 TASK_TYPES: dict[str, TaskType] = {
-    "send_notices": TaskType("send_notices", "1", SendNoticesInput),
-    "send_notice": TaskType("send_notice", "1", SendNoticeInput),
+    "turn": TaskType("turn", "1", orchestrator="agent_turn"),
+    "round": TaskType("round", "1", orchestrator="agent_round"),
+    "model_call": TaskType("model_call", "1"),
+    "tool": TaskType("tool", "1", orchestrator="tool_task"),
+    "send_notices": TaskType("send_notices", "1", SendNoticesInput, "send_notices"),
+    "send_notice": TaskType("send_notice", "1", SendNoticeInput, "send_notice"),
 }
 
 
@@ -159,6 +189,8 @@ def task_type(kind: str) -> TaskType:
 def parse_input(kind: str, data: object) -> Any:
     """The validated input model of ``kind``, or a ``ValidationError`` naming the field."""
     model = task_type(kind).input_model
+    if model is None:
+        raise ValidationError("no_input_model", f"{kind} tasks take no input here", "kind")
     if not isinstance(data, Mapping):
         raise ValidationError("invalid_input", "the input must be a JSON object", None)
     try:

@@ -29,13 +29,15 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from kernel import ids
+from kernel import ids, task_types
 from kernel.model_io import ModelResponse
 from kernel.statuses import FINAL_SUBMISSION_STATUSES, SubmissionStatus, TaskStatus
 from kernel.turn_policy import TurnLimits, check_guards, next_retry_delay
 from orchestrators.steps import (
+    child_version,
     error_text,
     event_or_deadline,
+    kind_version,
     session_entity,
     set_status,
     turn_patch,
@@ -130,6 +132,7 @@ def prepare(context: df.DurableOrchestrationContext, rnd: Round) -> Gen:
                 {
                     "id": rnd.round_id,
                     "kind": "round",
+                    "version": kind_version(context, "round"),
                     "parent": rnd.job["turn_id"],
                     "status": TaskStatus.RUNNING,
                     "phase": "request",
@@ -248,7 +251,9 @@ def commit_response(
     committed = yield context.call_entity(
         rnd.entity,
         "commit",
-        response_commit(rnd.job, rnd.round_id, reply, dict(guard) if guard else None),
+        response_commit(
+            rnd.job, rnd.round_id, reply, dict(guard) if guard else None, context.version
+        ),
     )
     if not committed["ok"]:
         code = (committed.get("error") or {}).get("error")
@@ -265,11 +270,12 @@ def commit_response(
     return None
 
 
-def _model_patch(round_id: str, response: ModelResponse) -> dict[str, Any]:
+def _model_patch(round_id: str, response: ModelResponse, app_version: str = "") -> dict[str, Any]:
     usage = response.usage
     return {
         "id": ids.child_task_id(round_id, "model"),
         "kind": "model_call",
+        "version": task_types.task_type("model_call").version_for(app_version),
         "parent": round_id,
         "status": TaskStatus.COMPLETED,
         "phase": "responded",
@@ -279,9 +285,17 @@ def _model_patch(round_id: str, response: ModelResponse) -> dict[str, Any]:
 
 
 def response_commit(
-    job: dict[str, Any], round_id: str, reply: dict[str, Any], stop: dict[str, Any] | None
+    job: dict[str, Any],
+    round_id: str,
+    reply: dict[str, Any],
+    stop: dict[str, Any] | None,
+    app_version: str | None = "",
 ) -> dict[str, Any]:
-    """The one commit that holds a model response and the tool tasks it asks for."""
+    """The one commit that holds a model response and the tool tasks it asks for.
+
+    ``app_version``: the round's ``context.version``; the records carry the kind versions
+    it follows."""
+    tool_version = task_types.task_type("tool").version_for(app_version)
     response = ModelResponse.from_dict(reply["response"])
     calls = [] if stop else list(response.tool_calls)
     data = {
@@ -306,11 +320,12 @@ def response_commit(
             "phase": round_phase,
             **({"reason": f"{stop['reason']}: {stop['message']}"[:1000]} if stop else {}),
         },
-        _model_patch(round_id, response),
+        _model_patch(round_id, response, app_version or ""),
         *(
             {
                 "id": ids.tool_task_id(job["submission_id"], job["round"], i),
                 "kind": "tool",
+                "version": tool_version,
                 "parent": round_id,
                 "status": TaskStatus.PENDING,
                 "phase": f"call {c.name}"[:64],
@@ -363,6 +378,7 @@ def start_tool_task(
             "limits": job["limits"],
         },
         ids.tool_task_id(rnd.submission_id, rnd.number, index),
+        version=child_version(context),
     )
 
 

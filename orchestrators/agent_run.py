@@ -33,6 +33,7 @@ from kernel import ids
 from kernel.statuses import SubmissionStatus, TaskStatus
 from kernel.turn_policy import TurnLimits, TurnSettingsError
 from orchestrators.steps import (
+    child_version,
     event_or_deadline,
     event_payload,
     session_entity,
@@ -133,6 +134,7 @@ def run_round(context: df.DurableOrchestrationContext, run: Run) -> Gen:
             "agent_round",
             {**run.base, "round": run.round_no, "attempt": run.attempt, "tokens_used": run.tokens},
             ids.child_task_id(context.instance_id, key),
+            version=child_version(context),
         )
     except Exception as exc:  # noqa: BLE001 - a failed round is a fact to act on
         result = {

@@ -39,7 +39,13 @@ from kernel import ids
 from kernel.content import REFERENCE_THRESHOLD_BYTES
 from kernel.requests import MAX_REASON_CHARS
 from kernel.statuses import FINAL_SUBMISSION_STATUSES, SubmissionStatus, TaskStatus
-from orchestrators.steps import event_or_deadline, session_entity, set_phase
+from orchestrators.steps import (
+    child_version,
+    event_or_deadline,
+    kind_version,
+    session_entity,
+    set_phase,
+)
 
 bp = df.Blueprint()
 QUEUE_POLL = timedelta(seconds=30)
@@ -94,8 +100,11 @@ def finish_commit(
     return request
 
 
-def task_update(turn_id: str, task_status: str, phase: str) -> dict[str, Any]:
-    return {"tasks": [{"id": turn_id, "kind": "turn", "status": task_status, "phase": phase}]}
+def task_update(
+    turn_id: str, task_status: str, phase: str, version: str | None = None
+) -> dict[str, Any]:
+    task = {"id": turn_id, "kind": "turn", "status": task_status, "phase": phase}
+    return {"tasks": [{**task, "version": version} if version is not None else task]}
 
 
 @bp.orchestration_trigger(context_name="context")
@@ -114,7 +123,11 @@ def agent_turn(context: df.DurableOrchestrationContext) -> Generator[Any, Any, d
     if result["status"] == SubmissionStatus.QUEUED:
         if not result["duplicate"]:
             yield context.call_entity(
-                entity, "commit", task_update(context.instance_id, TaskStatus.WAITING, "queued")
+                entity,
+                "commit",
+                task_update(
+                    context.instance_id, TaskStatus.WAITING, "queued", kind_version(context, "turn")
+                ),
             )
         turn = yield from wait_for_turn(context, entity, submission_id)
         if turn == SubmissionStatus.QUEUED:
@@ -143,10 +156,16 @@ def run_and_finish(
 ) -> Generator[Any, Any, dict[str, Any]]:
     turn_id = context.instance_id
     set_phase(context, "run")
-    yield context.call_entity(entity, "commit", task_update(turn_id, TaskStatus.RUNNING, "run"))
+    version = kind_version(context, "turn")
+    yield context.call_entity(
+        entity, "commit", task_update(turn_id, TaskStatus.RUNNING, "run", version)
+    )
     try:
         outcome = yield context.call_sub_orchestrator(
-            "agent_run", {**job, "turn_instance_id": turn_id}, ids.child_task_id(turn_id, "run")
+            "agent_run",
+            {**job, "turn_instance_id": turn_id},
+            ids.child_task_id(turn_id, "run"),
+            version=child_version(context),
         )
     except Exception as exc:  # noqa: BLE001 - a failed child still finishes the submission
         outcome = {"status": SubmissionStatus.FAILED, "answer": None, "reason": str(exc)[:500]}

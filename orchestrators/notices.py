@@ -51,7 +51,7 @@ from kernel.documents import MAX_RECIPIENTS
 from kernel.errors import KernelError
 from kernel.statuses import TERMINAL_TASK_STATUSES, TaskStatus
 from kernel.task_types import CHILD_STATUS, OUTCOMES, NoticeSettings, SendNoticeInput
-from orchestrators.steps import event_payload, session_entity, set_phase
+from orchestrators.steps import child_version, event_payload, session_entity, set_phase
 
 bp = df.Blueprint()
 PARENT = task_types.task_type("send_notices")
@@ -117,6 +117,7 @@ class Run:
     running: dict[Any, Child] = field(default_factory=dict)
     outcomes: dict[int, dict[str, Any]] = field(default_factory=dict)
     started: int = 0
+    app_version: str = ""  # the parent's context.version: children inherit it
 
     @classmethod
     def plan(cls, parent_id: str, job: task_types.SendNoticesInput,
@@ -135,10 +136,12 @@ class Run:
                     for c in self.children}
         data = {"recipients": list(self.job.recipients), "subject": self.job.subject,
                 "body_ref": self.body_ref, "policy": self.job.policy, "receipts": receipts}
-        parent = {"id": self.parent_id, "kind": PARENT.kind, "version": PARENT.version,
+        parent = {"id": self.parent_id, "kind": PARENT.kind,
+                  "version": PARENT.version_for(self.app_version),
                   "status": TaskStatus.WAITING, "phase": "waiting",
                   "parent": self.job.tool_task_id}
-        tasks = [{"id": c.instance_id, "kind": CHILD.kind, "version": CHILD.version,
+        tasks = [{"id": c.instance_id, "kind": CHILD.kind,
+                  "version": CHILD.version_for(self.app_version),
                   "status": TaskStatus.PENDING, "phase": "planned", "parent": self.parent_id}
                  for c in self.children]
         documents = [{"id": self.plan_id, "type": "notice_plan", "data": data,
@@ -159,7 +162,7 @@ class Run:
         while self.started < len(self.children) and len(self.running) < self.settings.max_parallel:
             child = self.children[self.started]
             task = context.call_sub_orchestrator(CHILD.kind, self.child_input(child),
-                                                 child.instance_id)
+                                                 child.instance_id, version=child_version(context))
             self.running[task] = child
             self.started += 1
 
@@ -250,6 +253,7 @@ def send_notices(context: df.DurableOrchestrationContext) -> Gen:
     except KernelError as exc:
         return refuse(context, exc)
     run = Run.plan(context.instance_id, job, settings)
+    run.app_version = context.version or ""
     planned = yield context.call_entity(session_entity(job.session_id), "commit", run.plan_commit())
     if not planned["ok"]:
         return refuse(context, planned["error"])

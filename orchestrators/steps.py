@@ -10,6 +10,10 @@
 * ``turn_patch``: a task patch of the turn task, shared by ``agent_run`` and ``agent_round``.
 * ``event_or_deadline``: wait for a uniquely named event raced with a durable timer, the way
   every wait of the app is bounded (``wait_for_external_event`` has no timeout of its own).
+* ``child_version`` / ``kind_version``: versions (docs/versioning.md). A sub-orchestration the
+  app starts inherits its parent's version, so one turn's whole tree follows one app
+  version's code and contracts, whichever deployment serves it; a task record carries the
+  kind version its instance follows.
 
 Nothing here does IO: each step only asks the context for durable actions, so a sub-generator
 called with ``yield from`` replays exactly as the same code written inline.
@@ -24,7 +28,7 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from kernel import ids
+from kernel import ids, task_types
 
 STATUS_LIMIT = 1000
 
@@ -79,6 +83,16 @@ def event_or_deadline(
         timer.cancel()
         return True, raised.result
     return False, None
+
+
+def child_version(context: df.DurableOrchestrationContext) -> str:
+    """The version of a sub-orchestration this instance starts: its own (inherited)."""
+    return context.version or ""
+
+
+def kind_version(context: df.DurableOrchestrationContext, kind: str) -> str:
+    """The version of ``kind`` this instance follows (``kernel.task_types``)."""
+    return task_types.task_type(kind).version_for(context.version)
 
 
 def turn_patch(

@@ -37,6 +37,7 @@ from kernel import content, ids, tools
 from kernel.statuses import TaskStatus
 from kernel.turn_policy import TurnLimits
 from orchestrators.steps import (
+    child_version,
     error_text,
     event_or_deadline,
     event_payload,
@@ -265,6 +266,7 @@ def send_notices(context: df.DurableOrchestrationContext, tool: ToolJob, checked
                 **checked,
             },
             ids.child_task_id(tool.task_id, "notices"),
+            version=child_version(context),
         )
     except Exception as exc:  # noqa: BLE001 - an unavailable workflow is a tool error
         result = {"ok": False, "kind": "tool_error", "message": f"send_notices failed: {exc}"}

@@ -1,6 +1,11 @@
 """Record the golden histories of the turn's orchestrators from real runs on the durable host.
 
-    python -m tests.replay.record            # rewrites tests/replay/histories/*.json
+    python -m tests.replay.record     # rewrites tests/replay/histories/<defaultVersion>/*.json
+
+The corpus is per app version: instances are recorded at the version the app's host.json
+deploys (``defaultVersion``), into ``histories/<that version>/``; the corpora of older
+versions stay as they are (``unversioned/`` holds instances from before versions existed), so
+CI keeps replaying every version that may still have running instances against today's code.
 
 Each scenario runs on a fresh host with a SQLite store; the raw history of every instance of
 interest is read from the store's ``history(instance_id, seq, event)`` table, exactly as the
@@ -13,11 +18,13 @@ import json
 import sqlite3
 import sys
 import tempfile
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kernel import ids
+from services.mailbox.testing import start_mailbox, stop_mailbox
 from tests.app.turn_support import (
     ModelServer,
     run_id,
@@ -29,6 +36,16 @@ from tests.app.turn_support import (
 from tests.harness import ROOT, HostProcess
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
+
+
+def app_version() -> str:
+    """The version the app deploys: host.json ``defaultVersion`` ("" when it names none)."""
+    durable = json.loads((ROOT / "host.json").read_text())["extensions"]["durableTask"]
+    return str(durable.get("defaultVersion") or "")
+
+
+def corpus_dir(version: str) -> Path:
+    return HISTORIES / (version or "unversioned")
 Recorder = Callable[[HostProcess, ModelServer], dict[str, str]]
 
 
@@ -39,6 +56,7 @@ def tools_turn(host: HostProcess, model: ModelServer) -> dict[str, str]:
     wait_final(host, "golden-tools", sub)
     run = run_id("golden-tools", sub)
     return {
+        "agent_turn.tools": ids.turn_instance_id("golden-tools", sub),
         "agent_run.tools": run,
         "agent_round.tool_round": f"{run}:round-1",
         "agent_round.answer": f"{run}:round-4",
@@ -103,6 +121,31 @@ def slot_wait(host: HostProcess, model: ModelServer) -> dict[str, str]:
     return {"agent_round.slot_wait": round_b}
 
 
+def notices(host: HostProcess, model: ModelServer) -> dict[str, str]:
+    """The notices workflow to two recipients through the real mailbox, one rejected."""
+    created = host.post(
+        "/api/sessions/golden-notices/submissions", {"requestId": "setup", "text": "hello"}
+    ).json()
+    host.wait_for_status(created["instanceId"], timeout=60)
+    parent = ids.child_task_id(created["instanceId"], "notices")
+    job = {
+        "session_id": "golden-notices",
+        "submission_id": created["submissionId"],
+        "tool_task_id": created["instanceId"],
+        "recipients": ["ana@example.com", "blocked@example.com"],
+        "subject": "Q3 update",
+        "body": "Your plan changes on May 1.",
+        "settings": {"confirm_interval_s": 0.2, "retry_backoff_s": 0.1, "cancel_grace_s": 5},
+    }
+    host.start_orchestration("send_notices", job, parent)
+    host.wait_for_status(parent, timeout=60)
+    return {
+        "send_notices.settled": parent,
+        "send_notice.confirmed": f"{parent}:mail-1",
+        "send_notice.rejected": f"{parent}:mail-2",
+    }
+
+
 OFFLINE: list[Recorder] = [tools_turn, approval]
 WITH_MODEL: list[Recorder] = [rate_limited, attention, slot_wait]
 
@@ -128,7 +171,9 @@ def export(db: Path, instance_id: str) -> dict[str, Any]:
     }
 
 
-def run(recorders: list[Recorder], model: ModelServer, env: dict[str, str], tmp: Path) -> int:
+def run(
+    recorders: list[Recorder], model: ModelServer, env: dict[str, str], tmp: Path, out: Path
+) -> int:
     host = HostProcess(ROOT, f"sqlite:{tmp / 'golden.db'}", env=turn_env(tmp, env)).start()
     try:
         for recorder in recorders:
@@ -137,19 +182,39 @@ def run(recorders: list[Recorder], model: ModelServer, env: dict[str, str], tmp:
                 text = json.dumps(recorded, indent=1, sort_keys=True)
                 if str(tmp) in text:
                     raise SystemExit(f"{label}: the history names a machine path; not written")
-                (HISTORIES / f"{label}.json").write_text(text + "\n")
+                (out / f"{label}.json").write_text(text + "\n")
                 print(f"{label}: {len(recorded['events'])} events")
     finally:
         host.kill()
     return 0
 
 
+def record_notices(model: ModelServer, out: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        mailbox, base_url = start_mailbox(Path(tmp) / "mailbox.db")
+        try:
+            json_request(f"{base_url}/control", {"reject": ["blocked@example.com"]})
+            run([notices], model, {"AGENT_MAIL_BASE_URL": base_url}, Path(tmp), out)
+        finally:
+            stop_mailbox(mailbox)
+
+
+def json_request(url: str, body: Any) -> Any:
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
+
+
 def main() -> int:
-    HISTORIES.mkdir(parents=True, exist_ok=True)
+    out = corpus_dir(app_version())
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"recording the corpus of version {app_version() or '(none)'} into {out.name}/")
     model = ModelServer().start()
     try:
         with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as second:
-            run(OFFLINE, model, {}, Path(first))
+            run(OFFLINE, model, {}, Path(first), out)
             run(
                 WITH_MODEL,
                 model,
@@ -160,7 +225,9 @@ def main() -> int:
                     "AGENT_MAX_CONCURRENT_MODEL_CALLS": "1",
                 },
                 Path(second),
+                out,
             )
+        record_notices(model, out)
     finally:
         model.stop()
     return 0

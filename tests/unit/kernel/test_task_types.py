@@ -28,12 +28,28 @@ def rejection(data: object, kind: str = "send_notices") -> tuple[str, str | None
     return caught.value.code, caught.value.field
 
 
-def test_registry_names_kind_and_version_of_both_task_types() -> None:
+def test_registry_names_kind_and_version_of_every_task_kind() -> None:
     assert {k: (t.kind, t.version) for k, t in tt.TASK_TYPES.items()} == {
-        "send_notices": ("send_notices", "1"), "send_notice": ("send_notice", "1")}
+        "turn": ("turn", "1"), "round": ("round", "1"), "model_call": ("model_call", "1"),
+        "tool": ("tool", "1"), "send_notices": ("send_notices", "1"),
+        "send_notice": ("send_notice", "1")}
     with pytest.raises(ValidationError) as caught:
         tt.task_type("send_pigeons")
     assert caught.value.code == "unknown_task_kind"
+
+
+def test_the_current_version_of_each_kind_is_the_last_it_records() -> None:
+    for kind in tt.TASK_TYPES.values():
+        assert kind.since[-1][0] == kind.version, kind.kind
+        assert kind.version_for("999.0") == kind.version
+
+
+def test_an_instance_follows_the_kind_version_of_its_app_version() -> None:
+    kind = tt.TaskType("round", "3", since=(("1", ""), ("2", "2.0"), ("3", "10.0")))
+
+    assert [kind.version_for(v) for v in ("", "1.0", "2.0", "9.5", "10.0")] == [
+        "1", "1", "2", "2", "3"]
+    assert kind.follows("2.1", "2") and not kind.follows("1.9", "2")
 
 
 def test_a_valid_input_parses_with_default_settings() -> None:
