@@ -180,6 +180,7 @@ def report(kind: str, runs: list[Run]) -> dict[str, Any]:
     return summary
 
 
+@pytest.mark.timeout(7200 if LONG else 300)
 @pytest.mark.parametrize("kind", store_specs())
 def test_crash_walk(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -> None:
     runs: list[Run] = []

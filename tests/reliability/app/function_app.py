@@ -14,18 +14,36 @@ and again only where the host died between a run and its completion". Orchestrat
 ``w_parent``   ``w_child`` (an ``effect``) as a sub-orchestration, returns its result + 1
 ``w_can``      ``effect`` per generation, continue-as-new until generation ``last``
 =============  =========================================================================
+
+With ``RELIABILITY_WITH_KERNEL=1`` the same host also serves the agent kernel (the repository's
+``function_app.py``: sessions API, turns, the notices workflow), for the mixed load of the
+random-kill campaign; its functions are added to the kernel's app object.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import azure.durable_functions as df
 import azure.functions as func
 
-app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
+
+def _app() -> df.DFApp:
+    if os.environ.get("RELIABILITY_WITH_KERNEL", "") in ("", "0"):
+        return df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
+    root = Path(__file__).resolve().parents[3] / "function_app.py"
+    spec = importlib.util.spec_from_file_location("kernel_function_app", root)
+    assert spec is not None and spec.loader is not None
+    kernel = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kernel)
+    return kernel.app
+
+
+app = _app()
 
 
 @app.activity_trigger(input_name="job")
