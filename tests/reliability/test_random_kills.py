@@ -13,7 +13,7 @@ checked against oracles outside the system under test:
   delivered exactly once (sends it answered as replays of a known operation id are counted).
 
 Lost and wrong must be 0. Crash-to-resume (kill to the first progress the restarted host makes)
-is printed with its p50/p99, never asserted. Quick (normal test command): ~20 s per store.
+is printed with its p50/p99, never asserted. Quick (normal test command): 15 s of kills per store.
 Long::
 
     DURABLE_RELIABILITY_LONG=1 DURABLE_TEST_STORES=sqlite,azure \\
@@ -53,7 +53,7 @@ from tests.reliability.support import (
 )
 
 pytestmark = pytest.mark.crash
-DURATION_S = float(os.environ.get("RELIABILITY_KILL_SECONDS", "600" if LONG else "20"))
+DURATION_S = float(os.environ.get("RELIABILITY_KILL_SECONDS", "600" if LONG else "15"))
 KILL_EVERY_S = (1.0, 20.0) if LONG else (1.0, 4.0)
 WAVE_EVERY_S = 3.0 if LONG else 1.5  # one more wave of load this often while the kills go on
 SEED = int(os.environ.get("RELIABILITY_SEED", "12"))
