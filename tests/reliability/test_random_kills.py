@@ -178,7 +178,7 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-@pytest.mark.timeout(DURATION_S + 400)
+@pytest.mark.timeout(DURATION_S + 900)
 @pytest.mark.parametrize("kind", store_specs())
 def test_random_kills(
     request: pytest.FixtureRequest, tmp_path: Path, kind: str, mailbox: str
@@ -225,17 +225,15 @@ def test_random_kills(
                 waiting = (killed_at, before)
                 next_kill = time.monotonic() + rng.uniform(*KILL_EVERY_S)
             time.sleep(0.1)
-        if waiting is not None:
-            until(
-                lambda: progress(ledger, mailbox) != waiting[1] or finished(host, load),
-                60,
-                "progress",
-            )
+        if waiting is not None:  # the last kill: measured if new effects come within 60 s
+            settle = time.monotonic() + 60
+            while time.monotonic() < settle and progress(ledger, mailbox) == waiting[1]:
+                time.sleep(0.1)
             if progress(ledger, mailbox) != waiting[1]:
                 resumes.append(time.monotonic() - waiting[0])
         confirm(host, load)
         try:
-            until(lambda: finished(host, load), 180, "the load to finish after the last kill")
+            until(lambda: finished(host, load), 600 if LONG else 180, "the load to finish")
         except AssertionError as exc:
             raise AssertionError(f"{exc}; still open: {pending(host, load)}") from None
         verdict, mail_duplicates = judge(host, load, ledger, mailbox)
