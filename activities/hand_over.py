@@ -4,6 +4,10 @@ Input ``{"instance_id", "event"}``; returns ``"raised"`` or ``"not delivered: ..
 raises. A target that is gone or unknown needs no hand-over. Any other failure is retried a
 few times; if the event still cannot be raised, the waiting orchestration's polling timer
 finds its turn anyway (``agent_turn``), so a lost hand-over delays a turn but never loses it.
+
+``active_turn`` tells a turn whether the session's active submission still has a live turn:
+one that an operator terminated, or that the host quarantined, ended without finishing its
+submission, and ``agent_turn`` then finishes it and passes the turn on.
 """
 
 from __future__ import annotations
@@ -13,7 +17,13 @@ from typing import Any
 
 import azure.durable_functions as df
 
+from kernel import ids
+from kernel.state import decode_entity_state
+from kernel.text import scrub
+
 bp = df.Blueprint()
+ENDED = ("Completed", "Failed", "Terminated", "Canceled")
+OUTPUT_CHARS = 300
 ATTEMPTS = 3
 BACKOFF_SECONDS = 0.5
 _FINAL_ANSWERS = ("is gone", "not found", "No instance")
@@ -33,3 +43,35 @@ async def hand_over(job: dict[str, Any], client: df.DurableOrchestrationClient) 
                 break
         await asyncio.sleep(BACKOFF_SECONDS * (attempt + 1))
     return f"not delivered: {error}"
+
+
+@bp.activity_trigger(input_name="job")
+@bp.durable_client_input(client_name="client")
+async def active_turn(job: dict[str, Any], client: df.DurableOrchestrationClient) -> dict[str, Any]:
+    """``{session_id}`` -> the session's active submission and the state of its turn.
+
+    ``{"submission_id", "turn_instance_id", "runtime_status"}`` (``submission_id`` None when the
+    session is idle or unknown; ``runtime_status`` None when the turn's instance is not found).
+    When the turn has ended (``ENDED``), also ``output`` (its last words, short) and ``live``:
+    the instances under it that still run (its run, rounds and tool tasks), which the caller
+    terminates once it has finished the submission. A read only: safe to run again.
+    """
+    session_id = job["session_id"]
+    state = decode_entity_state(await client.read_entity_state(df.EntityId("session", session_id)))
+    active = (state or {}).get("active_submission")
+    if not active:
+        return {"submission_id": None, "turn_instance_id": None, "runtime_status": None}
+    turn = ids.turn_instance_id(session_id, active)
+    status = await client.get_status(turn)
+    runtime = status.runtime_status.value if status and status.runtime_status else None
+    seen: dict[str, Any] = {"submission_id": active, "turn_instance_id": turn}
+    seen["runtime_status"] = runtime
+    if runtime in ENDED:
+        seen["output"] = scrub(str(status.output))[:OUTPUT_CHARS]
+        live: set[str] = set()
+        for prefix in (f"{turn}:", f"{active}:"):
+            for child in await client.get_status_by(instance_id_prefix=prefix):
+                if child.runtime_status and child.runtime_status.value not in ENDED:
+                    live.add(child.instance_id)
+        seen["live"] = sorted(live)
+    return seen

@@ -5,6 +5,11 @@ Every function returns clean values or raises a ``kernel.errors.ValidationError`
 ``wait``, ``limit``, ``body``, ``sessionId``, ``submissionId``), so the handler answers 400 with
 ``{"error", "message", "field"}`` before anything is stored.
 
+Every string of a JSON body (keys included) and every free-form route id must be valid Unicode:
+a lone surrogate (``"\\ud800"`` is valid JSON) is refused as ``invalid_unicode`` naming the
+field (``kernel.text``), never replaced: a replaced ``requestId`` could collide with another
+request's, and a replaced text is not what the client sent.
+
 Limits (documented in docs/api.md and docs/openapi.yaml):
 * a submission body is a JSON object of at most ``MAX_BODY_BYTES`` with exactly the keys
   ``requestId`` (1..128 printable characters) and ``text`` (1..32,000 characters, not only
@@ -27,6 +32,7 @@ from typing import Any
 from kernel import ids
 from kernel.errors import ValidationError
 from kernel.requests import MAX_TEXT_CHARS
+from kernel.text import require_unicode
 
 MAX_BODY_BYTES = 256 * 1024
 MAX_WAIT_SECONDS = 60.0
@@ -52,6 +58,30 @@ def session_id(value: object) -> str:
     return ids.validate_session_id(value, "sessionId")
 
 
+def instance_id(value: object, field: str) -> str:
+    """A route id that names an orchestration instance (a tool task)."""
+    return ids.validate_instance_id(require_unicode(value, field), field)
+
+
+def unicode_strings(value: Any, field: str) -> Any:
+    """``value`` as given once every string in it, object keys included, is valid Unicode.
+
+    ``field`` is the path reported for a bad string: a top-level key names itself, deeper ones
+    get their path (``items[2].name``)."""
+    pending: list[tuple[Any, str]] = [(value, field)]
+    while pending:
+        item, path = pending.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                require_unicode(key, path)
+                pending.append((child, key if path == "body" else f"{path}.{key}"))
+        elif isinstance(item, list):
+            pending.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
+        else:
+            require_unicode(item, path)
+    return value
+
+
 def submission_id(value: object) -> str:
     try:
         return ids.validate_key(value, "submissionId")
@@ -68,7 +98,7 @@ def json_object(raw: bytes) -> dict[str, Any]:
         raise ValidationError("invalid_json", "the body is not valid UTF-8 JSON", "body") from exc
     if not isinstance(body, dict):
         raise ValidationError("invalid_body", "the body must be a JSON object", "body")
-    return body
+    return unicode_strings(body, "body")
 
 
 def decision(raw: bytes, field: str, allowed: tuple[str, ...]) -> tuple[str, str]:
@@ -79,6 +109,7 @@ def decision(raw: bytes, field: str, allowed: tuple[str, ...]) -> tuple[str, str
         raise ValidationError("invalid_json", "the request body is not valid JSON", None) from exc
     if not isinstance(body, dict):
         raise ValidationError("invalid_body", "the request body must be a JSON object", None)
+    unicode_strings(body, "body")
     unknown = sorted(set(body) - {"requestId", field})
     if unknown:
         raise ValidationError("invalid_body", f"unknown field {unknown[0]!r}", unknown[0])

@@ -100,7 +100,7 @@ async def approval(
 ) -> func.HttpResponse:
     try:
         session_id = ids.validate_session_id(req.route_params.get("sessionId"), "sessionId")
-        task_id = ids.validate_instance_id(req.route_params.get("toolTaskId"), "toolTaskId")
+        task_id = inputs.instance_id(req.route_params.get("toolTaskId"), "toolTaskId")
         request_id, decision = inputs.decision(req.get_body(), "decision", DECISIONS)
     except KernelError as exc:
         return failure(exc)

@@ -30,6 +30,7 @@ from kernel.content import content_ref, needs_reference, validate_content_ref, v
 from kernel.documents import DOCUMENT_ID_PATTERN
 from kernel.errors import ValidationError
 from kernel.statuses import FinalStatusValue, TaskStatusValue
+from kernel.text import require_unicode
 
 Role = Literal["user", "assistant", "tool", "system"]
 
@@ -55,6 +56,8 @@ def _user_text(text: str) -> str:
         raise ValidationError("empty_text", "text must not be empty or only whitespace")
     if len(text) > MAX_TEXT_CHARS:
         raise ValidationError("text_too_long", f"text exceeds {MAX_TEXT_CHARS} characters")
+    # Before needs_reference below encodes it: a lone surrogate is refused, not a crash.
+    require_unicode(text, None)
     return text
 
 

@@ -25,6 +25,18 @@ finishing -> done.
 4. One commit records the run's reason on the turn task and makes the submission final (if it
    is refused, ``finish`` - idempotent, first wins - ends it anyway); the result names the next
    submission, whose orchestration gets ``turn:{next}`` through the ``hand_over`` activity.
+
+A turn never blocks its session's queue:
+* Anything that raises after ``accept`` (an entity call the host quarantined, a bug) ends the
+  submission as ``failed`` with the error as its reason and hands the turn over, like step 4.
+* A turn that ends without running its own code (terminated by an operator, quarantined by the
+  host) cannot do that, so the others do it for it (``settle_turn``): a queued submission whose
+  poll finds it still queued, and a turn whose hand-over could not be delivered, ask
+  ``active_turn`` about the active submission; if its turn has ended, they finish it as
+  ``failed`` (a commit, so only while it is still open: the session decides the race), terminate
+  what still runs under it, and hand the turn to the next submission, and so on.
+Both add actions only where the old code ended or failed, so instances running the old code
+replay unchanged.
 """
 
 from __future__ import annotations
@@ -39,6 +51,7 @@ from kernel import ids
 from kernel.content import REFERENCE_THRESHOLD_BYTES
 from kernel.requests import MAX_REASON_CHARS
 from kernel.statuses import FINAL_SUBMISSION_STATUSES, SubmissionStatus, TaskStatus
+from kernel.text import scrub
 from orchestrators.steps import (
     child_version,
     event_or_deadline,
@@ -50,6 +63,8 @@ from orchestrators.steps import (
 bp = df.Blueprint()
 QUEUE_POLL = timedelta(seconds=30)
 ELLIPSIS = "…"
+ENDED = ("Completed", "Failed", "Terminated", "Canceled")
+MAX_SETTLE_STEPS = 10  # dead turns passed over in one go; the next poll goes on from there
 
 
 def accept_request(job: dict[str, Any]) -> dict[str, Any]:
@@ -80,7 +95,9 @@ def clip_inline(text: str | None, limit: int = REFERENCE_THRESHOLD_BYTES) -> str
     """``text`` cut to at most ``limit`` UTF-8 bytes (ending in an ellipsis when cut).
 
     The submission's ``answer`` is kept inline; the full text is in the run's assistant entry.
+    A lone surrogate (a model can produce one) becomes U+FFFD here, so the copy can be encoded.
     """
+    text = scrub(text) if text else text
     if text is None or len(text.encode("utf-8")) <= limit:
         return text or None
     room = limit - len(ELLIPSIS.encode("utf-8"))
@@ -96,7 +113,7 @@ def finish_commit(
         "submission": {"status": final, "answer": clip_inline(answer)},
     }
     if reason:
-        request["tasks"] = [{"id": turn_id, "reason": reason[:MAX_REASON_CHARS]}]
+        request["tasks"] = [{"id": turn_id, "reason": scrub(reason)[:MAX_REASON_CHARS]}]
     return request
 
 
@@ -111,13 +128,24 @@ def task_update(
 def agent_turn(context: df.DurableOrchestrationContext) -> Generator[Any, Any, dict[str, Any]]:
     job: dict[str, Any] = context.get_input()
     entity = session_entity(job["session_id"])
-    submission_id = job["submission_id"]
     set_phase(context, "accept")
     accepted = yield context.call_entity(entity, "accept", accept_request(job))
     if not accepted["ok"]:
         set_phase(context, "rejected", error=accepted["error"]["error"])
         return {"ok": False, "error": accepted["error"]}
-    result = accepted["result"]
+    try:
+        return (yield from accepted_turn(context, entity, job, accepted["result"]))
+    except Exception as exc:  # noqa: BLE001 - whatever failed, the submission must end
+        return (yield from fail_turn(context, entity, job, exc))
+
+
+def accepted_turn(
+    context: df.DurableOrchestrationContext,
+    entity: df.EntityId,
+    job: dict[str, Any],
+    result: dict[str, Any],
+) -> Generator[Any, Any, dict[str, Any]]:
+    submission_id = job["submission_id"]
     if result["status"] in FINAL_SUBMISSION_STATUSES:
         return (yield from stored_outcome(context, entity, submission_id))
     if result["status"] == SubmissionStatus.QUEUED:
@@ -130,6 +158,10 @@ def agent_turn(context: df.DurableOrchestrationContext) -> Generator[Any, Any, d
                 ),
             )
         turn = yield from wait_for_turn(context, entity, submission_id)
+        if turn == SubmissionStatus.QUEUED and (
+            yield from settle_turn(context, entity, job["session_id"], submission_id)
+        ):
+            turn = SubmissionStatus.ACTIVE
         if turn == SubmissionStatus.QUEUED:
             context.continue_as_new(job)
             return {"ok": True, "status": SubmissionStatus.QUEUED}
@@ -168,8 +200,36 @@ def run_and_finish(
             version=child_version(context),
         )
     except Exception as exc:  # noqa: BLE001 - a failed child still finishes the submission
-        outcome = {"status": SubmissionStatus.FAILED, "answer": None, "reason": str(exc)[:500]}
+        reason = scrub(str(exc))[:500]
+        outcome = {"status": SubmissionStatus.FAILED, "answer": None, "reason": reason}
     final, answer, reason = finish_status(outcome)
+    return (yield from finish_and_hand_over(context, entity, job, final, answer, reason))
+
+
+def fail_turn(
+    context: df.DurableOrchestrationContext,
+    entity: df.EntityId,
+    job: dict[str, Any],
+    exc: Exception,
+) -> Generator[Any, Any, dict[str, Any]]:
+    """End the submission as ``failed`` after ``exc`` and hand the turn over.
+
+    ``finish`` is first-wins, so a submission that was already final keeps its outcome. If this
+    fails too, the orchestration fails and ``settle_turn`` of the others finishes it."""
+    reason = scrub(f"the turn failed: {type(exc).__name__}: {exc}")
+    failed = SubmissionStatus.FAILED
+    return (yield from finish_and_hand_over(context, entity, job, failed, None, reason))
+
+
+def finish_and_hand_over(
+    context: df.DurableOrchestrationContext,
+    entity: df.EntityId,
+    job: dict[str, Any],
+    final: str,
+    answer: str | None,
+    reason: str | None,
+) -> Generator[Any, Any, dict[str, Any]]:
+    turn_id = context.instance_id
     set_phase(context, "finishing")
     finished = yield context.call_entity(
         entity, "commit", finish_commit(job, turn_id, final, answer, reason)
@@ -188,16 +248,64 @@ def run_and_finish(
     stored = (finished.get("result") or {}) if finished["ok"] else {}
     next_id = stored.get("next_submission_id")
     if next_id:
-        yield context.call_activity(
+        handed = yield context.call_activity(
             "hand_over",
             {
                 "instance_id": ids.turn_instance_id(job["session_id"], next_id),
                 "event": f"turn:{next_id}",
             },
         )
+        if handed != "raised":
+            # Its turn may have ended while it waited (terminated, quarantined).
+            yield from settle_turn(context, entity, job["session_id"], None)
     final = stored.get("status", final)
     set_phase(context, "done", status=final)
     return {"ok": True, "status": final, "answer": answer, "reason": reason, "duplicate": False}
+
+
+def settle_turn(
+    context: df.DurableOrchestrationContext,
+    entity: df.EntityId,
+    session_id: str,
+    me: str | None,
+) -> Generator[Any, Any, bool]:
+    """True when submission ``me`` holds the turn once every dead active turn is passed over.
+
+    While the active submission's turn has ended without finishing it: finish it as
+    ``failed``, terminate what still runs under it, hand the turn to the next submission, and
+    look again (that one's turn may have ended too)."""
+    for _ in range(MAX_SETTLE_STEPS):
+        seen = yield context.call_activity("active_turn", {"session_id": session_id})
+        active = seen.get("submission_id")
+        if me is not None and active == me:
+            return True
+        if active is None or seen.get("runtime_status") not in ENDED:
+            return False
+        reason = scrub(
+            f"the turn ended ({seen['runtime_status']}) without finishing its submission: "
+            f"{seen.get('output')}"
+        )
+        job = {"submission_id": active}
+        dead_turn = seen["turn_instance_id"]
+        reaped = yield context.call_entity(
+            entity, "commit", finish_commit(job, dead_turn, SubmissionStatus.FAILED, None, reason)
+        )
+        if not reaped["ok"]:
+            return False  # finished in the meantime: whoever did it handed the turn on
+        if seen.get("live"):
+            yield context.call_activity(
+                "terminate_stragglers", {"instance_ids": seen["live"], "reason": reason}
+            )
+        next_id = reaped["result"].get("next_submission_id")
+        if next_id is None or next_id == me:
+            return next_id is not None
+        handed = yield context.call_activity(
+            "hand_over",
+            {"instance_id": ids.turn_instance_id(session_id, next_id), "event": f"turn:{next_id}"},
+        )
+        if handed == "raised":
+            return False
+    return False
 
 
 def stored_outcome(

@@ -1,4 +1,5 @@
-"""What the reliability campaigns share: the ledger app, its hosts, and the oracle.
+"""What the reliability campaigns share: the ledger app, its hosts, and the oracle; the
+kernel app's hosts and the mail service (shared with ``tests/app``); ``long_run``.
 
 ``DURABLE_RELIABILITY_LONG=1`` runs the long versions (``docs/reliability.md``); without it
 each campaign runs a quick subset that is part of the normal test command.
@@ -10,10 +11,18 @@ import os
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
+from tests.app.conftest import fresh_kernel_host, kernel_host, mailbox  # noqa: F401
 from tests.harness import WEBHOOK, HostProcess, wait_for
 
 APP = Path(__file__).resolve().parent / "app"
-LONG = os.environ.get("DURABLE_RELIABILITY_LONG") == "1"
+LONG = os.environ.get("DURABLE_RELIABILITY_LONG", "") not in ("", "0")
+
+
+@pytest.fixture
+def long_run() -> bool:
+    return LONG
 
 
 def expected_output(key: str, steps: int) -> list[str]:

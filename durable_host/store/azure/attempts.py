@@ -17,6 +17,7 @@ from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
+from durable_host import faults
 from durable_host.store.azure.codec import ATTEMPTS_ROW, partition_key
 from durable_host.store.azure.errors import StoreConflictError, status_of
 from durable_host.store.azure.tables import HubTables, Operation
@@ -49,6 +50,7 @@ class EpisodeAttempts:
         """Count one more attempt at the instance's next episode; committing resets it."""
         partition = partition_key(instance_id)
         row = self._read_by_fetch.pop(partition, None)
+        faults.hit("store.before_commit")
         for _ in range(10):
             nonce = uuid.uuid4().hex
             count = await self._tables.retry(
