@@ -85,6 +85,29 @@ class ClientError(Exception):
         return {"Message": self.message}
 
 
+# The extension's ``DurableClient.SuspendAsync``/``ResumeAsync`` accept only these states.
+SUSPENDABLE = (RuntimeStatus.RUNNING, RuntimeStatus.PENDING, RuntimeStatus.CONTINUED_AS_NEW)
+WRONG_STATE = 409  # see _require_state
+
+
+def _require_state(record: InstanceRecord, action: str, allowed: tuple[str, ...]) -> None:
+    """Refuse a suspend/resume the extension refuses (a suspended or not-yet-suspended one).
+
+    The extension throws ``InvalidOperationException`` there, which its handler's catch-all
+    turns into a 500; the host answers 409 with the same exception text, because the
+    request conflicts with the instance's state (the server did not fail, and a 5xx invites
+    blind retries). The SDK client treats both as failure: it accepts only 202, 410 and 404.
+    """
+    if record.status not in allowed:
+        raise ClientError(
+            WRONG_STATE,
+            f"Cannot {action} the orchestration instance {record.instance_id} because"
+            f" instance is in the {record.status} state.",
+            "System.InvalidOperationException",
+            title=f"The instance is in no state to {action}.",
+        )
+
+
 def validate_instance_id(instance_id: str) -> None:
     if not instance_id or len(instance_id) > 256:
         raise ClientError(400, "Instance ID must be between 1 and 256 characters.")
@@ -172,8 +195,11 @@ class DurableClient:
             raise ClientError(410, f"The instance '{instance_id}' is {record.status}.")
         return record
 
-    async def _control(self, instance_id: str, message: dict[str, Any]) -> None:
-        await self.require_running(instance_id)
+    async def _control(
+        self, instance_id: str, message: dict[str, Any], *, checked: bool = False
+    ) -> None:
+        if not checked:
+            await self.require_running(instance_id)
         await self.store.send(instance_id, message, self.engine.now())
         self.engine.notify(instance_id)
 
@@ -185,10 +211,16 @@ class DurableClient:
         await self._control(instance_id, {"kind": MessageKind.TERMINATE, "reason": reason})
 
     async def suspend(self, instance_id: str, reason: str | None) -> None:
-        await self._control(instance_id, {"kind": MessageKind.SUSPEND, "reason": reason})
+        record = await self.require_running(instance_id)
+        _require_state(record, "suspend", SUSPENDABLE)
+        message = {"kind": MessageKind.SUSPEND, "reason": reason}
+        await self._control(instance_id, message, checked=True)
 
     async def resume(self, instance_id: str, reason: str | None) -> None:
-        await self._control(instance_id, {"kind": MessageKind.RESUME, "reason": reason})
+        record = await self.require_running(instance_id)
+        _require_state(record, "resume", (RuntimeStatus.SUSPENDED,))
+        message = {"kind": MessageKind.RESUME, "reason": reason}
+        await self._control(instance_id, message, checked=True)
 
     async def rewind(self, instance_id: str, reason: str | None) -> None:
         """Rewind a Failed instance: its failed steps run again (see ``orchestration``)."""
