@@ -18,6 +18,8 @@ import azure.functions as func
 from aiohttp import web
 
 from durable_host import invocation
+from durable_host.client import ClientError
+from durable_host.http.limits import Limits, read_body
 from durable_host.loader import FunctionInfo
 
 log = logging.getLogger("durable_host.http")
@@ -75,10 +77,17 @@ def build_routes(functions: list[FunctionInfo]) -> list[Route]:
 
 
 class FunctionRoutes:
-    def __init__(self, functions: list[FunctionInfo], client_json: Callable[[web.Request], str], app_dir: str):
+    def __init__(
+        self,
+        functions: list[FunctionInfo],
+        client_json: Callable[[web.Request], str],
+        app_dir: str,
+        limits: Limits | None = None,
+    ):
         self.routes = build_routes(functions)
         self.client_json = client_json
         self.app_dir = app_dir
+        self.limits = limits or Limits()
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
         allowed = False
@@ -97,7 +106,12 @@ class FunctionRoutes:
         return web.Response(status=status)
 
     async def _invoke(self, info: FunctionInfo, request: web.Request, params: dict[str, str]) -> web.StreamResponse:
-        body = await request.read()
+        try:
+            body = await read_body(request, self.limits.max_request_bytes, "request body", self.limits)
+        except ClientError as error:
+            # The body is the app's to parse; the host only bounds its size and read time.
+            kind = "request_too_large" if error.status == 413 else "request_timeout"
+            return web.json_response({"error": kind, "message": error.message}, status=error.status)
         req = func.HttpRequest(
             method=request.method,
             url=str(request.url),

@@ -15,11 +15,12 @@ from aiohttp import web
 
 from durable_host.client import DurableClient
 from durable_host.http.functions import FunctionRoutes
+from durable_host.http.limits import Limits
 from durable_host.http.management import RPC_BASE, WEBHOOK_BASE, ManagementApi, management_urls
 
 
 log = logging.getLogger("durable_host.http")
-MAX_REQUEST = 32 * 1024 * 1024  # the app's HTTP functions; the management API takes 16 MiB
+MAX_REQUEST = Limits().max_request_bytes  # bodies are read by limits.read_body, bounded there
 
 
 @web.middleware
@@ -68,14 +69,16 @@ def build_app(
     app_dir: str,
     public_base: Callable[[], str],
     is_running: Callable[[], bool],
+    limits: Limits | None = None,
 ) -> web.Application:
-    management = ManagementApi(client, hub)
+    limits = limits or Limits()
+    management = ManagementApi(client, hub, limits)
 
     def binding_for(request: web.Request | None) -> str:
         base = f"{request.scheme}://{request.host}" if request is not None else public_base()
         return client_binding_json(base, public_base(), hub)
 
-    functions = FunctionRoutes(client.engine.index.http, binding_for, app_dir)
+    functions = FunctionRoutes(client.engine.index.http, binding_for, app_dir, limits)
     prefix = f"/{route_prefix}/" if route_prefix else "/"
 
     async def dispatch(request: web.Request) -> web.StreamResponse:
@@ -92,6 +95,6 @@ def build_app(
             return await functions.handle(request, path[len(prefix):])
         return web.json_response({"error": "not_found", "message": f"No route for {path}"}, status=404)
 
-    app = web.Application(client_max_size=MAX_REQUEST, middlewares=[_errors_as_json])
+    app = web.Application(client_max_size=limits.max_request_bytes, middlewares=[_errors_as_json])
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
