@@ -17,13 +17,13 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiohttp import web
 
 from durable_host import config as config_mod
 from durable_host import loader
 from durable_host.client import DurableClient
 from durable_host.engine import Engine
-from durable_host.http import server
+from durable_host.http import listener, server
+from durable_host.http.limits import Limits
 from durable_host.store.base import Store, StoreLockedError
 from durable_host.store.sqlite import SqliteStore
 
@@ -92,6 +92,7 @@ class Host:
         self.app_dir = Path(self.app_dir).resolve()
         config_mod.apply_local_settings(self.app_dir)
         self.config = config_mod.load(self.app_dir)
+        limits = Limits.from_env()
         index = loader.load_app(self.app_dir)
         self.store = open_store(self.store_spec, self.config)
         await self.store.open()
@@ -105,13 +106,9 @@ class Host:
             app_dir=str(self.app_dir),
             public_base=lambda: self.base_url,
             is_running=lambda: self._running,
+            limits=limits,
         )
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        sockets = site._server.sockets if site._server else []  # noqa: SLF001 - the bound port
-        self.port = sockets[0].getsockname()[1] if sockets else self.port
+        self._runner, self.port = await listener.serve(app, self.host, self.port, limits)
         self.base_url = f"http://{self.host}:{self.port}"
         self.engine.client_json = lambda: server.client_binding_json(
             self.base_url, self.base_url, self.config.hub_name

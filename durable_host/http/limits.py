@@ -31,6 +31,7 @@ from typing import Any
 from aiohttp import web
 
 from durable_host.client import INVALID_JSON, ClientError
+from durable_host.config import ConfigError
 
 MIB = 1024 * 1024
 _OFF_LOOP_BYTES = 64 * 1024  # parse bodies above this on a thread
@@ -47,7 +48,7 @@ class Limits:
     body_idle_timeout: float = 10.0  # no byte of the body for this long
     body_min_rate: float = 1024.0  # bytes per second, averaged, after body_grace
     body_grace: float = 10.0
-    max_connections: int = 1000
+    max_connections: int = 0  # 0: half the process's file descriptor limit, at most 1,000
     max_query_int: int = 2**31 - 1  # top, as the extension's int.TryParse reads it
 
     @classmethod
@@ -63,9 +64,9 @@ class Limits:
             try:
                 value = kind(text.strip())
             except ValueError as exc:
-                raise ValueError(f"{key}={text!r} must be a number") from exc
+                raise ConfigError(f"{key}={text!r} must be a number") from exc
             if value <= 0:
-                raise ValueError(f"{key}={text!r} must be positive")
+                raise ConfigError(f"{key}={text!r} must be positive")
             values[name] = value
         return cls(**values)
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from durable_host.client import ClientError
+from durable_host.config import ConfigError
 from durable_host.http.limits import Limits, check_json, json_depth
 
 
@@ -62,7 +63,7 @@ def test_limits_from_the_environment() -> None:
 
     assert limits.max_input_bytes == 1024 and limits.header_timeout == 2.5
     assert limits.max_request_bytes == Limits().max_request_bytes
-    with pytest.raises(ValueError, match="DURABLE_HOST_MAX_CONNECTIONS"):
+    with pytest.raises(ConfigError, match="DURABLE_HOST_MAX_CONNECTIONS"):
         Limits.from_env({"DURABLE_HOST_MAX_CONNECTIONS": "many"})
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ConfigError, match="positive"):
         Limits.from_env({"DURABLE_HOST_MAX_JSON_DEPTH": "0"})

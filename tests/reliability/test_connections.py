@@ -1,0 +1,169 @@
+"""Campaign 6: slow and many connections against a real host, on loopback.
+
+Attackers hold hundreds of slow-loris connections (request headers sent a few bytes at a
+time), many idle ones (connected, silent), slow bodies, and more connections than the
+host may open file descriptors for. Meanwhile a normal client keeps running
+orchestrations and probing ``/admin/host/status``. The oracle is outside the host: every
+normal request is answered, the attackers' connections are closed by the host, and the
+host's log stays small. ``DURABLE_RELIABILITY_LONG=1`` runs the long version.
+
+Every wait is bounded; nothing asserts how long anything took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness import APPS, WEBHOOK, HostProcess, wait_for
+
+LONG = os.environ.get("DURABLE_RELIABILITY_LONG") == "1"
+_SOFT_FDS = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+# Loopback connections cost a descriptor on each side; leave room for everything else.
+_BUDGET = max(64, min(_SOFT_FDS // 3, 6000 if LONG else 700))
+SLOW = _BUDGET // 2
+IDLE = _BUDGET - SLOW
+ROUNDS = 40 if LONG else 6
+HOST_ENV = {
+    "DURABLE_HOST_HEADER_TIMEOUT": "2",
+    "DURABLE_HOST_BODY_TIMEOUT": "2",
+    "DURABLE_HOST_MAX_CONNECTIONS": str(max(32, _BUDGET // 3)),
+}
+MAX_LOG_BYTES = 64 * 1024
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[HostProcess]:
+    process = HostProcess(APPS / "basic", f"sqlite:{tmp_path / 'hub.db'}", env=dict(HOST_ENV))
+    process.start()
+    yield process
+    process.kill()
+
+
+async def _slow_loris(port: int, stop: asyncio.Event, closed: list[bool]) -> None:
+    """Send a request's headers a few bytes at a time, never finishing them."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        closed.append(True)  # refused or reset while the host is at its cap: also fine
+        return
+    try:
+        writer.write(b"GET /admin/host/status HTTP/1.1\r\nHost: x\r\n")
+        while not stop.is_set():
+            writer.write(b"X-a: b\r\n")
+            await writer.drain()
+            with contextlib.suppress(TimeoutError):
+                if await asyncio.wait_for(reader.read(1), 0.5) == b"":
+                    closed.append(True)
+                    return
+    except (ConnectionError, OSError):
+        closed.append(True)
+    finally:
+        writer.close()
+
+
+async def _idle(port: int, stop: asyncio.Event, closed: list[bool]) -> None:
+    """Connect and say nothing."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        closed.append(True)
+        return
+    try:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                if await asyncio.wait_for(reader.read(1), 0.5) == b"":
+                    closed.append(True)
+                    return
+    except (ConnectionError, OSError):
+        closed.append(True)
+    finally:
+        writer.close()
+
+
+def _normal_round(host: HostProcess, i: int) -> bool:
+    probe = host.get("/admin/host/status", timeout=30)
+    instance = host.start_orchestration("hello_sequence", instance_id=f"normal-{i}")
+    done = host.wait_for_status(instance, timeout=60)
+    return probe.json() == {"state": "Running"} and done["runtimeStatus"] == "Completed"
+
+
+async def _campaign(host: HostProcess) -> tuple[int, int, int, list[bool]]:
+    port = int(host.base_url.rsplit(":", 1)[1])
+    stop = asyncio.Event()
+    closed: list[bool] = []
+    attackers = [asyncio.create_task(_slow_loris(port, stop, closed)) for _ in range(SLOW)]
+    attackers += [asyncio.create_task(_idle(port, stop, closed)) for _ in range(IDLE)]
+    served = 0
+    for i in range(ROUNDS):
+        served += await asyncio.to_thread(_normal_round, host, i)
+    # The host closes what it does not want: wait (bounded) for it, then stop the rest.
+    for _ in range(120):
+        if len(closed) >= len(attackers):
+            break
+        await asyncio.sleep(0.25)
+    stop.set()
+    await asyncio.gather(*attackers, return_exceptions=True)
+    return served, SLOW, IDLE, closed
+
+
+def test_slow_and_idle_connections_are_closed_while_normal_requests_are_served(host):
+    served, slow, idle, closed = asyncio.run(_campaign(host))
+
+    assert served == ROUNDS  # every normal round answered and completed
+    assert len(closed) == slow + idle  # the host closed every attacker's connection
+    assert host.get("/admin/host/status").json() == {"state": "Running"}
+    assert host.log_path is not None and host.log_path.stat().st_size < MAX_LOG_BYTES
+
+
+async def _slow_body(port: int) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        f"POST {WEBHOOK}/orchestrators/hello_sequence/slow-body HTTP/1.1\r\nHost: x\r\n"
+        "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n[".encode()
+    )
+    await writer.drain()
+    try:
+        return await asyncio.wait_for(reader.read(), 30)
+    finally:
+        writer.close()
+
+
+def test_a_body_that_stops_arriving_is_answered_408_and_nothing_is_stored(host):
+    port = int(host.base_url.rsplit(":", 1)[1])
+
+    answer = asyncio.run(_slow_body(port))
+
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert host.status("slow-body") is None
+
+
+def test_running_out_of_file_descriptors_is_logged_briefly_and_the_host_recovers(host):
+    # Lower the running host's descriptor limit below its connection cap, then flood it:
+    # accept() fails with EMFILE until the attackers leave.
+    assert host.process is not None
+    resource.prlimit(host.process.pid, resource.RLIMIT_NOFILE, (128, 128))
+    port = int(host.base_url.rsplit(":", 1)[1])
+
+    async def flood() -> None:
+        stop = asyncio.Event()
+        closed: list[bool] = []
+        tasks = [asyncio.create_task(_idle(port, stop, closed)) for _ in range(300)]
+        await asyncio.sleep(3)  # accept keeps failing meanwhile
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(flood())
+
+    assert wait_for(lambda: host.get("/admin/host/status", timeout=10).status == 200, 30, "the host")
+    instance = host.start_orchestration("hello_sequence", instance_id="after-the-flood")
+    assert host.wait_for_status(instance)["runtimeStatus"] == "Completed"
+    log = host.log_path.read_text() if host.log_path else ""
+    assert "could not accept connections" in log
+    assert len(log.encode()) < MAX_LOG_BYTES and log.count("Traceback") == 0
