@@ -91,6 +91,7 @@ class Host:
     async def start(self) -> None:
         self.app_dir = Path(self.app_dir).resolve()
         config_mod.apply_local_settings(self.app_dir)
+        config_mod.set_script_root(self.app_dir)
         self.config = config_mod.load(self.app_dir)
         limits = Limits.from_env()
         index = loader.load_app(self.app_dir)
