@@ -39,6 +39,11 @@ from durable_host.records import (
 from durable_host.store.base import InstanceExistsError
 
 _BAD_ID = re.compile(r"[/\\#?\x00-\x1f\x7f]")
+# Lone surrogates cannot be stored as text (UTF-8 has no encoding for them).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+MAX_INSTANCE_ID = 256
+MAX_ENTITY_NAME = 128  # a Functions function name; the SDK lower-cases entity names
+MAX_OPERATION_NAME = 256
 
 
 ARGUMENT_ERROR = "One or more of the arguments submitted is incorrect"
@@ -109,14 +114,34 @@ def _require_state(record: InstanceRecord, action: str, allowed: tuple[str, ...]
 
 
 def validate_instance_id(instance_id: str) -> None:
-    if not instance_id or len(instance_id) > 256:
+    if not instance_id or len(instance_id) > MAX_INSTANCE_ID:
         raise ClientError(400, "Instance ID must be between 1 and 256 characters.")
     if instance_id.startswith("@"):
         raise ClientError(400, f"Instance ID '{instance_id}' must not start with '@'.")
-    if _BAD_ID.search(instance_id):
+    if _BAD_ID.search(instance_id) or _SURROGATE.search(instance_id):
         raise ClientError(
-            400, f"Instance ID '{instance_id}' must not contain /, \\, #, ? or control characters."
+            400, f"Instance ID {instance_id!r} must not contain /, \\, #, ?, control characters"
+            " or lone surrogates."
         )
+
+
+def validate_entity_id(name: str, key: str) -> None:
+    """An entity id that fits an instance id (``@name@key``, at most 256 characters); a 400
+    naming the field otherwise. Checked wherever the HTTP side names an entity."""
+    if not 1 <= len(name) <= MAX_ENTITY_NAME:
+        raise ClientError(400, f"The entity name must be 1 to {MAX_ENTITY_NAME} characters.")
+    room = MAX_INSTANCE_ID - len(name) - 2
+    if len(key) > room:
+        raise ClientError(
+            400, f"The entity key must be at most {room} characters: the entity's instance id"
+            f" '@{name.lower()}@<key>' is limited to {MAX_INSTANCE_ID}.",
+        )
+    for field, value in (("name", name), ("key", key)):
+        if _BAD_ID.search(value) or _SURROGATE.search(value):
+            raise ClientError(
+                400, f"The entity {field} {value[:64]!r} must not contain /, \\, #, ?,"
+                " control characters or lone surrogates.",
+            )
 
 
 def parse_json_text(body: bytes, what: str = "request body") -> str | None:
@@ -304,10 +329,16 @@ class DurableClient:
     async def signal_entity(
         self, name: str, key: str, operation: str, input_json: str | None
     ) -> str:
+        validate_entity_id(name, key)
         if self.engine.index.entity(name) is None:
             raise ClientError(404, f"No entity function named '{name}' is defined by this app.")
-        if not key or _BAD_ID.search(key) or not operation:
-            raise ClientError(400, "The entity key and operation must be non-empty and contain no /, \\, #, ? or control characters.")
+        if not key:
+            raise ClientError(400, "The entity key of a signal must not be empty.")
+        if not 1 <= len(operation) <= MAX_OPERATION_NAME or _SURROGATE.search(operation):
+            raise ClientError(
+                400, f"The entity operation must be 1 to {MAX_OPERATION_NAME} characters"
+                " (no lone surrogates).",
+            )
         request_id = str(uuid.uuid4())
         request = {"op": operation, "id": request_id, "signal": True, "input": input_json}
         target = wire.entity_instance_id(name, key)
@@ -317,6 +348,7 @@ class DurableClient:
         return request_id
 
     async def read_entity(self, name: str, key: str) -> InstanceRecord | None:
+        validate_entity_id(name, key)
         record = await self.store.get_instance(wire.entity_instance_id(name, key))
         return record if record is not None and record.entity_exists else None
 
