@@ -9,7 +9,9 @@ after a grace period is answered 408. Nothing is buffered beyond the limit.
 Every JSON body the host itself decodes (orchestration inputs, event payloads, entity
 operation inputs: the management webhooks and the SDK's RPC share them) goes through
 ``json_text``: valid UTF-8 JSON, at most ``max_json_depth`` levels of arrays and objects,
-no ``NaN``/``Infinity`` and no number that overflows a double. A refusal is a
+no ``NaN``/``Infinity``, no number that overflows a double and no ``\\uD800``-style escape
+of a lone surrogate (I-JSON, RFC 7493: such a string has no UTF-8 form, so any consumer
+that writes it as UTF-8 fails later, far from the request). A refusal is a
 ``ClientError`` (4xx with a JSON body naming the problem), raised before anything is
 stored. Large bodies are parsed on a worker thread so the event loop keeps answering.
 
@@ -37,6 +39,7 @@ MIB = 1024 * 1024
 _OFF_LOOP_BYTES = 64 * 1024  # parse bodies above this on a thread
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +133,14 @@ def check_json(body: bytes, what: str, max_depth: int) -> str:
     """The decoded text of ``body`` if it is bounded JSON; a 400 ``ClientError`` otherwise."""
     try:
         text = body.decode("utf-8")
-        json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+        if _SURROGATE_ESCAPE.search(text):  # rare: pay for the exact check only then
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ClientError(
+            400, f"The {what} holds a lone surrogate (a \\uD800-\\uDFFF escape without its pair).",
+            "Newtonsoft.Json.JsonReaderException", title=INVALID_JSON,
+        ) from exc
     except RecursionError as exc:
         raise _too_deep(what, max_depth) from exc
     except ValueError as exc:

@@ -96,5 +96,6 @@ def build_app(
         return web.json_response({"error": "not_found", "message": f"No route for {path}"}, status=404)
 
     app = web.Application(client_max_size=limits.max_request_bytes, middlewares=[_errors_as_json])
-    app.router.add_route("*", "/{tail:.*}", dispatch)
+    # Every path, newlines included (a ``.`` pattern would leave "%0A" to aiohttp's text 404).
+    app.router.add_route("*", r"/{tail:[\s\S]*}", dispatch)
     return app

@@ -55,7 +55,13 @@ def test_non_finite_numbers_are_refused(body: bytes) -> None:
 def test_invalid_utf8_and_lone_surrogate_escapes() -> None:
     with pytest.raises(ClientError):
         check_json(b'"\xed\xa0\x80"', "body", 64)  # a surrogate encoded in UTF-8 is not UTF-8
-    assert check_json(b'"\\ud800"', "body", 64) == '"\\ud800"'  # a JSON escape is valid JSON
+    with pytest.raises(ClientError, match="lone surrogate"):
+        check_json(b'{"text": "a\\ud800b"}', "body", 64)  # valid JSON, but no UTF-8 form (I-JSON)
+    with pytest.raises(ClientError, match="lone surrogate"):
+        check_json(b'["\\udc00"]', "body", 64)
+    pair = b'"\\ud83d\\ude00"'
+    assert check_json(pair, "body", 64) == pair.decode()  # a surrogate pair is one character
+    assert check_json(b'"\\\\ud800"', "body", 64)  # an escaped backslash, then text
 
 
 def test_limits_from_the_environment() -> None:
