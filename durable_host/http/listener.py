@@ -55,8 +55,9 @@ class RateLimitedLog:
         self.total += 1
         now = time.monotonic()
         if now - self.last_logged >= self.interval:
+            last = " ".join(str(detail).split())[:200]  # one line, whatever the client sent
             self.logger.warning(
-                "%s (%d in the last %.0f s; last: %s)", self.text, self.count, self.interval, detail
+                "%s (%d in the last %.0f s; last: %s)", self.text, self.count, self.interval, last
             )
             self.count, self.last_logged = 0, now
 
@@ -71,7 +72,7 @@ class _ProtocolErrorFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, HttpProcessingError):
-            self.summary.note(f"{type(exc).__name__}: {exc.message}"[:200])
+            self.summary.note(f"{type(exc).__name__}: {exc.message}")
             return False
         return True
 
