@@ -19,7 +19,6 @@ follows ``overridableExistingInstanceStates``, as a start does).
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import uuid
 from dataclasses import dataclass
@@ -142,21 +141,6 @@ def validate_entity_id(name: str, key: str) -> None:
                 400, f"The entity {field} {value[:64]!r} must not contain /, \\, #, ?,"
                 " control characters or lone surrogates.",
             )
-
-
-def parse_json_text(body: bytes, what: str = "request body") -> str | None:
-    """Request body -> JSON text stored verbatim (None for an empty body)."""
-    if not body.strip():
-        return None
-    try:
-        text = body.decode("utf-8")
-        json.loads(text)
-    except ValueError as exc:
-        raise ClientError(
-            400, f"The {what} is not valid JSON: {exc}", "Newtonsoft.Json.JsonReaderException",
-            title=INVALID_JSON,
-        ) from exc
-    return text
 
 
 class DurableClient:

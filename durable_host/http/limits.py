@@ -47,7 +47,10 @@ class Limits:
     max_request_bytes: int = 16 * MIB  # the app's HTTP functions
     max_input_bytes: int = 4 * MIB  # inputs the host stores: starts, events, entity operations
     max_json_depth: int = 64
-    header_timeout: float = 15.0  # idle connection, or request headers not complete
+    # Idle connection, or request headers not complete. Longer than the SDK client's
+    # keep-alive (aiohttp's 15 s): the client must drop an idle connection first, or a
+    # request sent as the host closes it would fail.
+    header_timeout: float = 30.0
     body_idle_timeout: float = 10.0  # no byte of the body for this long
     body_min_rate: float = 1024.0  # bytes per second, averaged, after body_grace
     body_grace: float = 10.0

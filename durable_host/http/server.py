@@ -18,7 +18,6 @@ from durable_host.http.functions import FunctionRoutes
 from durable_host.http.limits import Limits
 from durable_host.http.management import RPC_BASE, WEBHOOK_BASE, ManagementApi, management_urls
 
-
 log = logging.getLogger("durable_host.http")
 MAX_REQUEST = Limits().max_request_bytes  # bodies are read by limits.read_body, bounded there
 
