@@ -122,6 +122,18 @@ class GuardedSite(web.BaseSite):
         await super().stop()
 
     async def _accept_loop(self) -> None:
+        # Nothing may end this loop but a stop: a dead loop would leave the port open and
+        # silent (clients queue in the backlog forever).
+        while True:
+            try:
+                await self._accept_some()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - logged, then accepting goes on
+                self.accept_errors.note(repr(exc))
+                await asyncio.sleep(0.1)
+
+    async def _accept_some(self) -> None:
         loop = asyncio.get_running_loop()
         server = self._runner.server
         assert server is not None and self._sock is not None
