@@ -254,3 +254,29 @@ def test_a_flood_of_malformed_requests_is_answered_400_and_logged_in_a_few_lines
     log = host.log_path.read_text() if host.log_path else ""
     assert "refused malformed HTTP requests" in log
     assert log.count("Traceback") == 0 and len(log.splitlines()) < 20
+
+
+async def _chunked_upload(port: int, total: int) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(
+            f"POST {WEBHOOK}/orchestrators/hello_sequence/chunked HTTP/1.1\r\nHost: x\r\n"
+            "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+        )
+        chunk = b"[" + b"1," * 32767 + b"1]"  # 64 KiB of digits, sent without a length
+        with contextlib.suppress(ConnectionError):
+            for _ in range(total // len(chunk) + 1):
+                writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                await writer.drain()
+        return await asyncio.wait_for(reader.read(65536), 30)
+    finally:
+        writer.close()
+
+
+def test_a_body_without_a_length_is_counted_while_it_streams_and_refused_past_the_limit(host):
+    port = int(host.base_url.rsplit(":", 1)[1])
+
+    answer = asyncio.run(_chunked_upload(port, 6 * 1024 * 1024))
+
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert host.status("chunked") is None
