@@ -19,7 +19,6 @@ follows ``overridableExistingInstanceStates``, as a start does).
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import uuid
 from dataclasses import dataclass
@@ -39,6 +38,11 @@ from durable_host.records import (
 from durable_host.store.base import InstanceExistsError
 
 _BAD_ID = re.compile(r"[/\\#?\x00-\x1f\x7f]")
+# Lone surrogates cannot be stored as text (UTF-8 has no encoding for them).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+MAX_INSTANCE_ID = 256
+MAX_ENTITY_NAME = 128  # a Functions function name; the SDK lower-cases entity names
+MAX_OPERATION_NAME = 256
 
 
 ARGUMENT_ERROR = "One or more of the arguments submitted is incorrect"
@@ -85,30 +89,58 @@ class ClientError(Exception):
         return {"Message": self.message}
 
 
-def validate_instance_id(instance_id: str) -> None:
-    if not instance_id or len(instance_id) > 256:
-        raise ClientError(400, "Instance ID must be between 1 and 256 characters.")
-    if instance_id.startswith("@"):
-        raise ClientError(400, f"Instance ID '{instance_id}' must not start with '@'.")
-    if _BAD_ID.search(instance_id):
+# The extension's ``DurableClient.SuspendAsync``/``ResumeAsync`` accept only these states.
+SUSPENDABLE = (RuntimeStatus.RUNNING, RuntimeStatus.PENDING, RuntimeStatus.CONTINUED_AS_NEW)
+WRONG_STATE = 409  # see _require_state
+
+
+def _require_state(record: InstanceRecord, action: str, allowed: tuple[str, ...]) -> None:
+    """Refuse a suspend/resume the extension refuses (a suspended or not-yet-suspended one).
+
+    The extension throws ``InvalidOperationException`` there, which its handler's catch-all
+    turns into a 500; the host answers 409 with the same exception text, because the
+    request conflicts with the instance's state (the server did not fail, and a 5xx invites
+    blind retries). The SDK client treats both as failure: it accepts only 202, 410 and 404.
+    """
+    if record.status not in allowed:
         raise ClientError(
-            400, f"Instance ID '{instance_id}' must not contain /, \\, #, ? or control characters."
+            WRONG_STATE,
+            f"Cannot {action} the orchestration instance {record.instance_id} because"
+            f" instance is in the {record.status} state.",
+            "System.InvalidOperationException",
+            title=f"The instance is in no state to {action}.",
         )
 
 
-def parse_json_text(body: bytes, what: str = "request body") -> str | None:
-    """Request body -> JSON text stored verbatim (None for an empty body)."""
-    if not body.strip():
-        return None
-    try:
-        text = body.decode("utf-8")
-        json.loads(text)
-    except ValueError as exc:
+def validate_instance_id(instance_id: str) -> None:
+    if not instance_id or len(instance_id) > MAX_INSTANCE_ID:
+        raise ClientError(400, "Instance ID must be between 1 and 256 characters.")
+    if instance_id.startswith("@"):
+        raise ClientError(400, f"Instance ID '{instance_id}' must not start with '@'.")
+    if _BAD_ID.search(instance_id) or _SURROGATE.search(instance_id):
         raise ClientError(
-            400, f"The {what} is not valid JSON: {exc}", "Newtonsoft.Json.JsonReaderException",
-            title=INVALID_JSON,
-        ) from exc
-    return text
+            400, f"Instance ID {instance_id!r} must not contain /, \\, #, ?, control characters"
+            " or lone surrogates."
+        )
+
+
+def validate_entity_id(name: str, key: str) -> None:
+    """An entity id that fits an instance id (``@name@key``, at most 256 characters); a 400
+    naming the field otherwise. Checked wherever the HTTP side names an entity."""
+    if not 1 <= len(name) <= MAX_ENTITY_NAME:
+        raise ClientError(400, f"The entity name must be 1 to {MAX_ENTITY_NAME} characters.")
+    room = MAX_INSTANCE_ID - len(name) - 2
+    if len(key) > room:
+        raise ClientError(
+            400, f"The entity key must be at most {room} characters: the entity's instance id"
+            f" '@{name.lower()}@<key>' is limited to {MAX_INSTANCE_ID}.",
+        )
+    for field, value in (("name", name), ("key", key)):
+        if _BAD_ID.search(value) or _SURROGATE.search(value):
+            raise ClientError(
+                400, f"The entity {field} {value[:64]!r} must not contain /, \\, #, ?,"
+                " control characters or lone surrogates.",
+            )
 
 
 class DurableClient:
@@ -172,8 +204,11 @@ class DurableClient:
             raise ClientError(410, f"The instance '{instance_id}' is {record.status}.")
         return record
 
-    async def _control(self, instance_id: str, message: dict[str, Any]) -> None:
-        await self.require_running(instance_id)
+    async def _control(
+        self, instance_id: str, message: dict[str, Any], *, checked: bool = False
+    ) -> None:
+        if not checked:
+            await self.require_running(instance_id)
         await self.store.send(instance_id, message, self.engine.now())
         self.engine.notify(instance_id)
 
@@ -185,10 +220,16 @@ class DurableClient:
         await self._control(instance_id, {"kind": MessageKind.TERMINATE, "reason": reason})
 
     async def suspend(self, instance_id: str, reason: str | None) -> None:
-        await self._control(instance_id, {"kind": MessageKind.SUSPEND, "reason": reason})
+        record = await self.require_running(instance_id)
+        _require_state(record, "suspend", SUSPENDABLE)
+        message = {"kind": MessageKind.SUSPEND, "reason": reason}
+        await self._control(instance_id, message, checked=True)
 
     async def resume(self, instance_id: str, reason: str | None) -> None:
-        await self._control(instance_id, {"kind": MessageKind.RESUME, "reason": reason})
+        record = await self.require_running(instance_id)
+        _require_state(record, "resume", (RuntimeStatus.SUSPENDED,))
+        message = {"kind": MessageKind.RESUME, "reason": reason}
+        await self._control(instance_id, message, checked=True)
 
     async def rewind(self, instance_id: str, reason: str | None) -> None:
         """Rewind a Failed instance: its failed steps run again (see ``orchestration``)."""
@@ -289,10 +330,16 @@ class DurableClient:
     async def signal_entity(
         self, name: str, key: str, operation: str, input_json: str | None
     ) -> str:
+        validate_entity_id(name, key)
         if self.engine.index.entity(name) is None:
             raise ClientError(404, f"No entity function named '{name}' is defined by this app.")
-        if not key or _BAD_ID.search(key) or not operation:
-            raise ClientError(400, "The entity key and operation must be non-empty and contain no /, \\, #, ? or control characters.")
+        if not key:
+            raise ClientError(400, "The entity key of a signal must not be empty.")
+        if not 1 <= len(operation) <= MAX_OPERATION_NAME or _SURROGATE.search(operation):
+            raise ClientError(
+                400, f"The entity operation must be 1 to {MAX_OPERATION_NAME} characters"
+                " (no lone surrogates).",
+            )
         request_id = str(uuid.uuid4())
         request = {"op": operation, "id": request_id, "signal": True, "input": input_json}
         target = wire.entity_instance_id(name, key)
@@ -302,6 +349,7 @@ class DurableClient:
         return request_id
 
     async def read_entity(self, name: str, key: str) -> InstanceRecord | None:
+        validate_entity_id(name, key)
         record = await self.store.get_instance(wire.entity_instance_id(name, key))
         return record if record is not None and record.entity_exists else None
 

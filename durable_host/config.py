@@ -10,11 +10,22 @@ Read from host.json: ``extensions.http.routePrefix`` (default ``api``),
 ``defaultVersion`` may be overridden by ``AzureFunctionsJobHost__extensions__durableTask__*``
 app settings, as the Functions host allows),
 and the top-level ``functionTimeout`` (``hh:mm:ss``) applied to activities.
+
+App-setting references: a string value of ``extensions.durableTask`` written ``%Name%``
+(the documented ``"hubName": "%TASKHUB_NAME%"``) is replaced by the app setting ``Name``, as
+the extension resolves its options through the Functions host's name resolver. Settings
+are the environment, which ``apply_local_settings`` has filled from ``local.settings.json``
+``Values``; a reference to a setting that does not exist is a ``ConfigError`` naming it.
+
+``set_script_root`` sets ``AzureWebJobsScriptRoot`` to the app directory, as the Functions
+host (and Core Tools) do for the worker: there the setting *is* the directory the app is
+loaded from, so the app always sees its own root; a different value is replaced.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -35,6 +46,9 @@ ANY_STATE: tuple[str, ...] = (
     RuntimeStatus.CONTINUED_AS_NEW,
 )
 _HUB_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]{2,49}$")
+_SETTING_REFERENCE = re.compile(r"%([^%\s]+)%")
+SCRIPT_ROOT = "AzureWebJobsScriptRoot"
+log = logging.getLogger("durable_host")
 
 
 class ConfigError(Exception):
@@ -65,19 +79,43 @@ def parse_timespan(text: str) -> float:
     return int(days or 0) * 86400 + int(hours) * 3600 + int(minutes) * 60 + float(seconds)
 
 
+def resolve_settings(value: Any, settings: Mapping[str, str], where: str) -> Any:
+    """``value`` with every ``%Name%`` in its strings replaced by the setting ``Name``."""
+    if isinstance(value, dict):
+        return {k: resolve_settings(v, settings, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve_settings(v, settings, where) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def setting(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in settings:
+            raise ConfigError(
+                f"host.json {where} refers to the app setting %{name}%, which is not set"
+                " (set it in the environment or in local.settings.json Values)"
+            )
+        return settings[name]
+
+    return _SETTING_REFERENCE.sub(setting, value)
+
+
 def parse_host_json(
-    app_dir: Path, data: dict[str, Any], environ: Mapping[str, str] | None = None
+    app_dir: Path, data: dict[str, Any], settings: Mapping[str, str] | None = None
 ) -> HostConfig:
     extensions = data.get("extensions") or {}
     http = extensions.get("http") or {}
-    durable = extensions.get("durableTask") or {}
+    durable = resolve_settings(
+        extensions.get("durableTask") or {}, {} if settings is None else settings,
+        "extensions.durableTask",
+    )
     hub = str(durable.get("hubName") or "TestHubName")
     if not _HUB_NAME.match(hub):
         raise ConfigError(f"hubName {hub!r} must be 3-50 letters or digits, starting with a letter")
     states = durable.get("overridableExistingInstanceStates", "NonRunningStates")
     timeout = data.get("functionTimeout")
     try:
-        versioning = policy_from(durable, environ)  # app settings may override host.json
+        versioning = policy_from(durable, settings)  # app settings may override host.json
     except VersionSettingError as exc:
         raise ConfigError(str(exc)) from exc
     return HostConfig(
@@ -116,3 +154,12 @@ def apply_local_settings(app_dir: Path) -> None:
         raise ConfigError(f"{path} is not valid JSON: {exc}") from exc
     for key, value in values.items():
         os.environ.setdefault(str(key), str(value))
+
+
+def set_script_root(app_dir: Path) -> None:
+    """``AzureWebJobsScriptRoot`` = the app directory (see the module docstring)."""
+    root = str(Path(app_dir).resolve())
+    given = os.environ.get(SCRIPT_ROOT)
+    if given and Path(given).resolve() != Path(root):
+        log.warning("%s=%s replaced by the app directory %s", SCRIPT_ROOT, given, root)
+    os.environ[SCRIPT_ROOT] = root

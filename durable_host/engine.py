@@ -497,6 +497,7 @@ class Engine:
             messages,
             now,
             poison,
+            self.now,  # responses are stamped when the batch's results exist (entity.py)
         )
         faults.hit("entity.before_commit")
         await self.store.commit_entity(commit)

@@ -10,6 +10,11 @@ JSON text through untouched unless the SDK changed it. A batch given a ``poison`
 (the entity's code crashed the host on every attempt) does not run: each operation fails
 with that reason and the state stays as it was. Messages that are not operations (an
 undecodable inbox row, say) are consumed and answer nobody.
+
+Time: ``now`` is when the batch started (the entity's last-operation time). A response
+exists only once the batch has run, so responses carry ``clock()`` read after it ran
+(``now`` when no clock is given): the caller must not see an answer dated before the
+operations it answers were applied. The caller supplies the clock; this module reads none.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ def run_batch(
     messages: list[tuple[int, dict[str, Any]]],
     now: str,
     poison: str | None = None,
+    clock: Callable[[], str] | None = None,
 ) -> EntityCommit:
     name, key = wire.split_entity_id(instance_id)
     requests = [m["request"] for _, m in messages if m.get("kind") == MessageKind.OP]
@@ -52,8 +58,9 @@ def run_batch(
         results = [{"isError": True, "result": error} for _ in ops]
     else:
         results, exists, state_json = _execute(handle, name, key, exists, state_json, ops)
+    answered = clock() if clock is not None else now
     responses = [
-        (op.parent, _response(op, result, now))
+        (op.parent, _response(op, result, answered))
         for op, result in zip(ops, results, strict=True)
         if not op.is_signal and op.parent
     ]

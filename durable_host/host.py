@@ -28,14 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiohttp import web
-
 from durable_host import config as config_mod
 from durable_host import loader
 from durable_host.client import DurableClient
 from durable_host.engine import Engine
-from durable_host.http import auth, server
+from durable_host.http import auth, listener, server
 from durable_host.http.key_routes import KeyRoutes
+from durable_host.http.limits import Limits
 from durable_host.keys import KeyConfigError, Keys
 from durable_host.store.base import Store, StoreError
 from durable_host.store.sqlite import SqliteStore
@@ -131,6 +130,7 @@ class Host:
     async def start(self) -> None:
         self.app_dir = Path(self.app_dir).resolve()
         config_mod.apply_local_settings(self.app_dir)
+        config_mod.set_script_root(self.app_dir)
         self.config = config_mod.load(self.app_dir)
         try:
             self.public_url = auth.parse_public_url(
@@ -139,6 +139,7 @@ class Host:
         except ValueError as exc:
             raise config_mod.ConfigError(str(exc)) from exc
         auth_on, auth_reason = auth.decide(self.auth, self.host)
+        limits = Limits.from_env()
         index = loader.load_app(self.app_dir)
         self._running = self._started = False
         self.store = open_store(self.store_spec, self.config, self.lose)
@@ -159,14 +160,10 @@ class Host:
             local_base=lambda: self.local_base,
             gate=self.gate,
             key_routes=KeyRoutes(keys, [f.name for f in index.http]) if keys else None,
+            limits=limits,
         )
         self._set_bases()  # a request can arrive before the bound port is known
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        sockets = site._server.sockets if site._server else []  # noqa: SLF001 - the bound port
-        self.port = sockets[0].getsockname()[1] if sockets else self.port
+        self._runner, self.port = await listener.serve(app, self.host, self.port, limits)
         self._set_bases()
         self.engine.client_json = lambda: server.client_binding_json(
             self.link_base,

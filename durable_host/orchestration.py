@@ -45,7 +45,7 @@ from durable_host.records import (
     OutgoingKind,
     RuntimeStatus,
 )
-from durable_host.shim import InstanceView, NonDeterminismError, Node, Shim
+from durable_host.shim import InstanceView, Node, NonDeterminismError, Shim
 from durable_host.wire import ActionType
 
 if TYPE_CHECKING:

@@ -18,6 +18,8 @@ import azure.functions as func
 from aiohttp import web
 
 from durable_host import invocation
+from durable_host.client import ClientError
+from durable_host.http.limits import Limits, read_body
 from durable_host.loader import FunctionInfo
 
 log = logging.getLogger("durable_host.http")
@@ -85,6 +87,7 @@ class FunctionRoutes:
         app_dir: str,
         authorize: Authorize | None = None,
         public_base: Callable[[], str] | None = None,
+        limits: Limits | None = None,
     ):
         """``authorize`` refuses a request for a matched function (its auth level);
         ``public_base`` is the origin of the URL functions see (never the ``Host`` header)."""
@@ -93,6 +96,7 @@ class FunctionRoutes:
         self.app_dir = app_dir
         self.authorize = authorize
         self.public_base = public_base
+        self.limits = limits or Limits()
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
         allowed = False
@@ -115,7 +119,12 @@ class FunctionRoutes:
         return web.Response(status=status)
 
     async def _invoke(self, info: FunctionInfo, request: web.Request, params: dict[str, str]) -> web.StreamResponse:
-        body = await request.read()
+        try:
+            body = await read_body(request, self.limits.max_request_bytes, "request body", self.limits)
+        except ClientError as error:
+            # The body is the app's to parse; the host only bounds its size and read time.
+            kind = "request_too_large" if error.status == 413 else "request_timeout"
+            return web.json_response({"error": kind, "message": error.message}, status=error.status)
         req = func.HttpRequest(
             method=request.method,
             url=self.public_base() + str(request.rel_url) if self.public_base else str(request.url),

@@ -5,8 +5,8 @@ call) and ``/durabletask/...`` (the ``rpcBaseUrl`` the SDK's client calls). Stat
 headers and error bodies follow the extension's ``HttpApiHandler``; every body is empty
 or JSON, because the SDK parses every response as JSON. Where the extension silently
 ignores a malformed query value (``top=abc``, an unknown ``runtimeStatus``, a date it
-cannot parse) this host answers 400 naming it instead; bodies over 16 MiB are refused
-with 413 before they are read.
+cannot parse) this host answers 400 naming it instead. Bodies and JSON are bounded by
+``limits`` (size, read speed, depth, numbers); ``top`` must be a 32-bit count.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ from aiohttp import web
 
 from durable_host import history as h
 from durable_host import wire
-from durable_host.client import ClientError, DurableClient, parse_json_text
+from durable_host.client import ClientError, DurableClient
+from durable_host.http import limits
+from durable_host.http.limits import Limits, json_text, query_int, read_body
 from durable_host.records import TERMINAL, Query, RuntimeStatus
 
 WEBHOOK_BASE = "/runtime/webhooks/durabletask"
 RPC_BASE = "/durabletask"
-MAX_BODY = 16 * 1024 * 1024
 RUNTIME_STATUSES: tuple[str, ...] = (  # in the order the 400 answer lists them
     RuntimeStatus.RUNNING, RuntimeStatus.COMPLETED, RuntimeStatus.CONTINUED_AS_NEW,
     RuntimeStatus.FAILED, RuntimeStatus.CANCELED, RuntimeStatus.TERMINATED,
@@ -81,20 +82,6 @@ def _flag(request: web.Request, name: str, default: bool) -> bool:
     return text == "true"
 
 
-async def read_body(request: web.Request, what: str) -> bytes:
-    """The request body, refused with 413 over ``MAX_BODY`` (before reading, when it says)."""
-    too_big = ClientError(413, f"The {what} exceeds the limit of {MAX_BODY} bytes.")
-    if request.content_length is not None and request.content_length > MAX_BODY:
-        raise too_big
-    try:
-        body = await request.read()
-    except web.HTTPRequestEntityTooLarge as exc:
-        raise too_big from exc
-    if len(body) > MAX_BODY:
-        raise too_big
-    return body
-
-
 class ManagementApi:
     def __init__(
         self,
@@ -102,11 +89,18 @@ class ManagementApi:
         hub: str,
         public_base: Callable[[], str],
         link_code: Callable[[], str | None] = lambda: None,
+        limits: Limits | None = None,
     ):
         self.client = client
         self.hub = hub
         self.public_base = public_base
         self.link_code = link_code
+        self.limits = limits or Limits()
+
+    async def _json_input(self, request: web.Request, what: str) -> str | None:
+        """The body as bounded JSON text (None when empty): sized, timed, shaped."""
+        body = await read_body(request, self.limits.max_input_bytes, what, self.limits)
+        return await json_text(body, what, self.limits)
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
         parts = [p for p in path.split("/") if p != ""]
@@ -139,8 +133,7 @@ class ManagementApi:
     # --- orchestrations ---
 
     async def _start(self, request: web.Request, name: str, instance_id: str | None) -> web.Response:
-        body = await read_body(request, "request body")
-        input_json = parse_json_text(body)
+        input_json = await self._json_input(request, "request body")
         version = request.query.get("version")
         waiting = _wait_options(request)
         new_id = await self.client.start(name, instance_id, input_json, version)
@@ -192,7 +185,7 @@ class ManagementApi:
         return json_response(status, 200)
 
     async def _query(self, request: web.Request) -> web.Response:
-        query = parse_query(request)
+        query = parse_query(request, max_top=self.limits.max_query_int)
         statuses, token = await self.client.query(query, _flag(request, "showInput", True))
         headers = {"x-ms-continuation-token": token} if token else None
         return json_response(statuses, 200, headers)
@@ -236,8 +229,7 @@ class ManagementApi:
         if request.content_type.lower() != "application/json":
             text = "Only application/json request content is supported"
             raise ClientError(400, text, message_only=True)
-        body = await read_body(request, "event payload")
-        input_json = parse_json_text(body, "event payload")
+        input_json = await self._json_input(request, "event payload")
         await self.client.raise_event(instance_id, name, input_json)
         return web.Response(status=202)
 
@@ -263,13 +255,14 @@ class ManagementApi:
             return web.Response(text=record.entity_state or "null", content_type="application/json")
         if request.method in ("POST", "DELETE"):
             operation = "delete" if request.method == "DELETE" else request.query.get("op", "")
-            input_json = await _entity_input(request)
+            input_json = await self._entity_input(request)
             await self.client.signal_entity(name, key, operation, input_json)
             return web.Response(status=202)
         return json_response({"Message": f"{request.method} is not supported here"}, 404)
 
     async def _list_entities(self, request: web.Request, name: str) -> web.Response:
-        page = await self.client.query_entities(name, parse_query(request, entities=True))
+        query = parse_query(request, entities=True, max_top=self.limits.max_query_int)
+        page = await self.client.query_entities(name, query)
         fetch = _flag(request, "fetchState", False)
         rows = []
         for record in page.records:
@@ -285,26 +278,26 @@ class ManagementApi:
         headers = {"x-ms-continuation-token": page.continuation} if page.continuation else None
         return json_response(rows, 200, headers)
 
+    async def _entity_input(self, request: web.Request) -> str | None:
+        what = "operation input"
+        body = await read_body(request, self.limits.max_input_bytes, what, self.limits)
+        if not body.strip():
+            return None
+        if request.content_type == "application/json":
+            text = await json_text(body, what, self.limits)
+            assert text is not None
+            value = json.loads(text)  # bounded above: cannot recurse too deep
+            # The SDK client sends JSON text inside a JSON string: unwrap one level, if the
+            # inner text is itself bounded JSON (else it stays the string it is).
+            return value if isinstance(value, str) and self._is_json(value) else text
+        return json.dumps(body.decode("utf-8", errors="replace"))
 
-async def _entity_input(request: web.Request) -> str | None:
-    body = await read_body(request, "operation input")
-    if not body.strip():
-        return None
-    if request.content_type == "application/json":
-        text = parse_json_text(body, "operation input")
-        assert text is not None
-        value = json.loads(text)
-        # The SDK client sends JSON text inside a JSON string: unwrap one level.
-        return value if isinstance(value, str) and _is_json(value) else text
-    return json.dumps(body.decode("utf-8", errors="replace"))
-
-
-def _is_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
+    def _is_json(self, text: str) -> bool:
+        try:
+            limits.check_json(text.encode("utf-8", "surrogatepass"), "input", self.limits.max_json_depth)
+        except ClientError:
+            return False
+        return True
 
 
 def _wait_options(request: web.Request) -> tuple[float, float] | None:
@@ -334,15 +327,13 @@ def _statuses(text: str) -> tuple[str, ...]:
     return statuses
 
 
-def parse_query(request: web.Request, entities: bool | None = None) -> Query:
+def parse_query(
+    request: web.Request, entities: bool | None = None, max_top: int = 2**31 - 1
+) -> Query:
     """Query parameters -> Query. Instance queries list entities too (``@name@key`` ids),
     as the extension's do (its issue #1991)."""
     q = request.query
-    top = q.get("top")
-    try:
-        top_value = int(top) if top else None
-    except ValueError as exc:
-        raise ClientError(400, f"top={top!r} must be an integer.") from exc
+    top_value = query_int(request, "top", 0, max_top)
     statuses = _statuses(q.get("runtimeStatus", ""))
     return Query(
         created_from=_time_filter(q.get("createdTimeFrom")),

@@ -18,12 +18,12 @@ from durable_host.client import DurableClient
 from durable_host.http.auth import Gate, loggable
 from durable_host.http.functions import FunctionRoutes
 from durable_host.http.key_routes import KeyRoutes
+from durable_host.http.limits import Limits
 from durable_host.http.management import RPC_BASE, WEBHOOK_BASE, ManagementApi, management_urls
 from durable_host.store.base import StoreError
 
-
 log = logging.getLogger("durable_host.http")
-MAX_REQUEST = 32 * 1024 * 1024  # the app's HTTP functions; the management API takes 16 MiB
+MAX_REQUEST = Limits().max_request_bytes  # bodies are read by limits.read_body, bounded there
 
 
 @web.middleware
@@ -87,17 +87,19 @@ def build_app(
     local_base: Callable[[], str] | None = None,
     gate: Gate | None = None,
     key_routes: KeyRoutes | None = None,
+    limits: Limits | None = None,
 ) -> web.Application:
     """``public_base``: the origin of every link; ``local_base``: that of ``rpcBaseUrl``."""
     gate = gate or Gate(None, enabled=False)
-    management = ManagementApi(client, hub, public_base, gate.link_code)
+    limits = limits or Limits()
+    management = ManagementApi(client, hub, public_base, gate.link_code, limits)
 
     def binding_for(_request: web.Request | None) -> str:
         rpc_base = (local_base or public_base)()
         return client_binding_json(public_base(), rpc_base, hub, gate.link_code(), gate.rpc_segment)
 
     functions = FunctionRoutes(
-        client.engine.index.http, binding_for, app_dir, gate.admit_function, public_base
+        client.engine.index.http, binding_for, app_dir, gate.admit_function, public_base, limits
     )
     prefix = f"/{route_prefix}/" if route_prefix else "/"
 
@@ -119,6 +121,7 @@ def build_app(
             return await functions.handle(request, path[len(prefix):])
         return web.json_response({"error": "not_found", "message": f"No route for {path}"}, status=404)
 
-    app = web.Application(client_max_size=MAX_REQUEST, middlewares=[_errors_as_json])
-    app.router.add_route("*", "/{tail:.*}", dispatch)
+    app = web.Application(client_max_size=limits.max_request_bytes, middlewares=[_errors_as_json])
+    # Every path, newlines included (a ``.`` pattern would leave "%0A" to aiohttp's text 404).
+    app.router.add_route("*", r"/{tail:[\s\S]*}", dispatch)
     return app

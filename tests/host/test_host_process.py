@@ -82,3 +82,38 @@ def test_bad_app_directory_exits_with_a_message(tmp_path):
     )
 
     assert result.returncode == 2 and "function_app.py not found" in result.stderr
+
+
+SETTING_ROUTE = """
+
+@app.route(route="setting/{name}", methods=["GET"])
+def setting(req: func.HttpRequest) -> func.HttpResponse:
+    return func.HttpResponse(os.environ.get(req.route_params["name"], "<unset>"))
+"""
+
+
+def test_host_json_setting_references_resolve_and_the_app_sees_its_script_root(tmp_path):
+    app = copy_app(tmp_path, {"TASKHUB_NAME": "ResolvedHub"})
+    (app / "host.json").write_text(json.dumps({"version": "2.0", "extensions": {"durableTask": {"hubName": "%TASKHUB_NAME%"}}}))
+    (app / "function_app.py").write_text((app / "function_app.py").read_text() + SETTING_ROUTE)
+    host = HostProcess(app, f"sqlite:{tmp_path / 'h.db'}", env={"AzureWebJobsScriptRoot": ""}).start()
+    try:
+        started = host.post(f"{WEBHOOK}/orchestrators/hello_sequence")
+        root = host.get("/api/setting/AzureWebJobsScriptRoot")
+    finally:
+        host.kill()
+
+    assert started.status == 202 and "taskHub=ResolvedHub&" in started.json()["statusQueryGetUri"]
+    assert root.body.decode() == str(app.resolve())
+
+
+def test_a_host_json_reference_to_a_missing_setting_stops_the_start_naming_it(tmp_path):
+    app = copy_app(tmp_path)
+    (app / "host.json").write_text(json.dumps({"extensions": {"durableTask": {"hubName": "%NO_SUCH_HUB%"}}}))
+
+    result = subprocess.run(
+        [sys.executable, "-m", "durable_host", "start", "--app-dir", str(app), "--port", "0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+
+    assert result.returncode == 2 and "%NO_SUCH_HUB%" in result.stderr, result.stderr

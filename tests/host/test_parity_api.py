@@ -166,7 +166,7 @@ def test_rewind_answers_412_unless_failed_and_404_for_unknown_ids_with_the_exten
 # --- suspend / resume / terminate in the wrong state ----------------------------------------
 
 
-def test_wrong_state_suspend_and_resume_are_accepted_no_ops_and_finished_ones_are_410(parity):
+def test_wrong_state_suspend_and_resume_are_refused_and_finished_ones_are_410(parity):
     instance = parity.start_orchestration("waiter", instance_id=unique("sr"))
     parity.wait_for_status(instance, ("Running",))
 
@@ -178,13 +178,35 @@ def test_wrong_state_suspend_and_resume_are_accepted_no_ops_and_finished_ones_ar
     parity.post(f"{WEBHOOK}/instances/{instance}/raiseEvent/go", "now")
     done = finished(parity, instance)
 
-    assert resume_running.status == 202 and suspend_again.status == 202
+    assert resume_running.status == 409 and suspend_again.status == 409
+    assert resume_running.json()["ExceptionMessage"] == (
+        f"Cannot resume the orchestration instance {instance} because instance is in the Running state."
+    )
+    assert suspend_again.json()["ExceptionType"] == "System.InvalidOperationException"
+    assert "Suspended state" in suspend_again.json()["ExceptionMessage"]
     assert done["output"] == "now"
     for action in ("suspend", "resume", "terminate"):
         assert parity.post(f"{WEBHOOK}/instances/{instance}/{action}").status == 410
     history = parity.status(instance, "?showHistory=true")["historyEvents"]
     kinds = [e["EventType"] for e in history]
     assert kinds.count("ExecutionSuspended") == 1 and kinds.count("ExecutionResumed") == 1
+
+
+def test_the_sdk_client_fails_a_suspend_of_a_suspended_and_a_resume_of_a_running_instance(parity):
+    # The extension's e2e scenarios SuspendSuspendedOrchestration_ShouldFail and
+    # ResumeRunningOrchestration_ShouldFail: the client call raises.
+    instance = sdk(parity, "start", name="waiter", instance_id=unique("sr-sdk"))["result"]
+    parity.wait_for_status(instance, ("Running",))
+
+    resume_running = sdk(parity, "resume", instance_id=instance)
+    assert sdk(parity, "suspend", instance_id=instance)["ok"]
+    parity.wait_for_status(instance, ("Suspended",))
+    suspend_suspended = sdk(parity, "suspend", instance_id=instance)
+    parity.post(f"{WEBHOOK}/instances/{instance}/terminate")
+
+    assert not resume_running["ok"] and "unexpected status code 409" in resume_running["error"]
+    assert not suspend_suspended["ok"] and "unexpected status code 409" in suspend_suspended["error"]
+    assert finished(parity, instance)["runtimeStatus"] == "Terminated"
 
 
 def test_a_late_result_for_a_finished_orchestration_is_dropped(parity):

@@ -15,6 +15,8 @@ import pytest
 from tests.harness import WEBHOOK
 
 BIG = b'"' + b"x" * (17 * 1024 * 1024) + b'"'
+DEEP = b"[" * 200_000 + b"]" * 200_000  # once a RecursionError and a 500
+JUST_TOO_DEEP = b"[" * 65 + b"]" * 65
 RUNNING = "bad-input-target"
 UNKNOWN = f"nobody-{uuid.uuid4().hex[:8]}"
 
@@ -23,6 +25,11 @@ CASES = [
     ("POST", "/orchestrators/hello_sequence/bm-1", b"{bad", "application/json", 400, "Invalid JSON content"),
     ("POST", "/orchestrators/hello_sequence/bm-2", BIG, "application/json", 413, "json"),
     ("POST", "/orchestrators/no_such_orchestrator/bm-3", None, None, 400, "doesn't exist"),
+    ("POST", "/orchestrators/hello_sequence/bm-6", DEEP, "application/json", 400, "deeper than 64 levels"),
+    ("POST", "/orchestrators/hello_sequence/bm-7", JUST_TOO_DEEP, "application/json", 400, "deeper than 64"),
+    ("POST", "/orchestrators/hello_sequence/bm-8", b'{"a": NaN}', "application/json", 400, "NaN"),
+    ("POST", "/orchestrators/hello_sequence/bm-9", b"[1e999]", "application/json", 400, "out of range"),
+    ("POST", "/orchestrators/hello_sequence/bm-10", b'"\xed\xa0\x80"', "application/json", 400, "Invalid JSON"),
     ("POST", "/orchestrators/hello_sequence/bm%01ctl", None, None, 400, "Instance ID"),
     ("POST", "/orchestrators/hello_sequence/" + "b" * 257, None, None, 400, "Instance ID"),
     ("POST", "/orchestrators/hello_sequence/%40bm", None, None, 400, "Instance ID"),
@@ -31,6 +38,7 @@ CASES = [
     ("POST", f"/instances/{RUNNING}/raiseEvent/approve", b"{bad", "application/json", 400, "Invalid JSON content"),
     ("POST", f"/instances/{RUNNING}/raiseEvent/approve", b"yes", "text/plain", 400, "Only application/json"),
     ("POST", f"/instances/{RUNNING}/raiseEvent/approve", BIG, "application/json", 413, "json"),
+    ("POST", f"/instances/{RUNNING}/raiseEvent/approve", DEEP, "application/json", 400, "deeper than 64"),
     ("POST", f"/instances/{UNKNOWN}/raiseEvent/approve", b"1", "application/json", 404, "json"),
     ("POST", f"/instances/{UNKNOWN}/terminate", None, None, 404, "json"),
     ("POST", f"/instances/{UNKNOWN}/suspend", None, None, 404, "json"),
@@ -45,6 +53,9 @@ CASES = [
     ("GET", f"/instances/{UNKNOWN}", None, None, 404, "empty"),
     ("GET", f"/instances/{RUNNING}?showHistory=maybe", None, None, 400, "showHistory"),
     ("GET", "/instances?top=many", None, None, 400, "top"),
+    ("GET", "/instances?top=99999999999999999999999", None, None, 400, "top"),  # once an OverflowError
+    ("GET", "/instances?top=-1", None, None, 400, "top"),
+    ("GET", "/entities/counter?top=99999999999999999999999", None, None, 400, "top"),
     ("GET", "/instances?runtimeStatus=Running,Sleeping", None, None, 400, "Sleeping"),
     ("GET", "/instances?createdTimeFrom=yesterday", None, None, 400, "yesterday"),
     ("DELETE", "/instances", None, None, 400, "Please provide value for 'createdTimeFrom' parameter."),
@@ -53,7 +64,13 @@ CASES = [
     ("DELETE", f"/instances/{UNKNOWN}", None, None, 404, "empty"),
     ("POST", "/entities/counter/bm?op=add", b"{bad", "application/json", 400, "not valid JSON"),
     ("POST", "/entities/counter/bm?op=add", BIG, "application/json", 413, "json"),
+    ("POST", "/entities/counter/bm?op=add", DEEP, "application/json", 400, "deeper than 64"),
+    ("POST", "/entities/counter/bm?op=add", b"[Infinity]", "application/json", 400, "Infinity"),
     ("POST", "/entities/counter/bm", b"1", "application/json", 400, "operation"),
+    ("POST", "/entities/counter/bm" + "k" * 300 + "?op=add", b"1", "application/json", 400, "entity key must be at most 247"),
+    ("GET", "/entities/counter/bm" + "k" * 300, None, None, 400, "entity key"),
+    ("POST", "/entities/" + "n" * 129 + "/bm?op=add", b"1", "application/json", 400, "entity name"),
+    ("POST", "/entities/counter/bm?op=" + "o" * 257, b"1", "application/json", 400, "entity operation"),
     ("POST", "/entities/no_such_entity/bm?op=add", b"1", "application/json", 404, "json"),
     ("GET", f"/entities/counter/{UNKNOWN}", None, None, 404, "empty"),
     ("GET", "/no/such/route", None, None, 404, "json"),

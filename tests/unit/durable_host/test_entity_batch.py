@@ -122,3 +122,15 @@ def test_unknown_entity_answers_every_caller_with_an_error(handle):
 def test_entity_ids_are_lowercased_names_with_the_key_kept():
     assert wire.entity_instance_id("Counter", "Key1") == "@counter@Key1"
     assert wire.split_entity_id("@counter@a@b") == ("counter", "a@b")
+
+
+def test_responses_carry_the_time_the_results_exist_not_the_time_the_batch_started():
+    # The clock is read after the entity ran: a response is never dated before its answer.
+    ticks = iter(["2024-01-01T00:00:07.000000Z"])
+    numbered = [(0, op("add", 2, request_id="a")[1]), (1, op("get", request_id="b")[1])]
+
+    commit = entity.run_batch(HANDLE, "@counter@k", False, None, numbered, T0, clock=lambda: next(ticks))
+
+    stamps = [m["event"]["Timestamp"] for _, m in commit.responses]
+    assert stamps == ["2024-01-01T00:00:07.000000Z"] * 2
+    assert commit.now == T0  # the entity's last operation time is still the batch's start
