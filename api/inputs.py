@@ -34,6 +34,7 @@ from kernel.errors import ValidationError
 from kernel.requests import MAX_TEXT_CHARS
 from kernel.text import require_unicode
 
+MAX_JSON_DEPTH = 64  # as the host bounds durable inputs (the extension's JSON library default)
 MAX_BODY_BYTES = 256 * 1024
 MAX_WAIT_SECONDS = 60.0
 MAX_LIMIT = 1_000
@@ -89,13 +90,50 @@ def submission_id(value: object) -> str:
         raise ValidationError("invalid_submission_id", exc.message, "submissionId") from exc
 
 
+def too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether JSON ``text`` nests deeper than ``limit``, counted without recursion (a deep
+    body must be a 400, never a RecursionError in the parser or in a walk over its value)."""
+    depth, in_string, escaped = 0, False, False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
+
+
+def parse_json(raw: bytes, field: str | None) -> Any:
+    """The body as JSON, refused with a named 400 when it is not UTF-8 JSON or nests deeper
+    than ``MAX_JSON_DEPTH``."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValidationError("invalid_json", "the body is not valid UTF-8 JSON", field) from exc
+    if too_deep(text):
+        raise ValidationError(
+            "invalid_json", f"the body nests deeper than {MAX_JSON_DEPTH} levels", field
+        )
+    try:
+        return json.loads(text) if text.strip() else None
+    except ValueError as exc:
+        raise ValidationError("invalid_json", "the body is not valid UTF-8 JSON", field) from exc
+
+
 def json_object(raw: bytes) -> dict[str, Any]:
     if len(raw) > MAX_BODY_BYTES:
         raise ValidationError("body_too_large", f"the body exceeds {MAX_BODY_BYTES} bytes", "body")
-    try:
-        body = json.loads(raw.decode("utf-8")) if raw.strip() else None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ValidationError("invalid_json", "the body is not valid UTF-8 JSON", "body") from exc
+    body = parse_json(raw, "body")
     if not isinstance(body, dict):
         raise ValidationError("invalid_body", "the body must be a JSON object", "body")
     return unicode_strings(body, "body")
@@ -103,10 +141,9 @@ def json_object(raw: bytes) -> dict[str, Any]:
 
 def decision(raw: bytes, field: str, allowed: tuple[str, ...]) -> tuple[str, str]:
     """``(requestId, value)`` of an operator or approval body ``{"requestId", field}``."""
-    try:
-        body = json.loads(raw.decode("utf-8"))
-    except ValueError as exc:
-        raise ValidationError("invalid_json", "the request body is not valid JSON", None) from exc
+    if len(raw) > MAX_BODY_BYTES:
+        raise ValidationError("body_too_large", f"the body exceeds {MAX_BODY_BYTES} bytes", "body")
+    body = parse_json(raw, None)
     if not isinstance(body, dict):
         raise ValidationError("invalid_body", "the request body must be a JSON object", None)
     unicode_strings(body, "body")

@@ -285,3 +285,16 @@ def test_the_openapi_document_describes_every_route_the_api_serves() -> None:
     text = (ROOT / "docs" / "openapi.yaml").read_text()
     assert text.startswith("openapi: 3.")
     assert served_routes() == documented_routes(text)
+
+
+def test_a_deeply_nested_body_is_a_named_400_not_a_recursion_error():
+    from api import inputs
+    from kernel.errors import ValidationError
+
+    deep = b'{"requestId": "r1", "text": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+    for parse in (inputs.json_object, lambda raw: inputs.decision(raw, "decision", ("approve",))):
+        with pytest.raises(ValidationError) as caught:
+            parse(deep)
+        assert caught.value.code == "invalid_json"
+        assert "deeper than 64" in caught.value.message

@@ -69,7 +69,6 @@ class Case:
     path: str
     body: bytes | None = None
     headers: dict[str, str] | None = None
-    app_defect: str | None = None  # an expected failure, naming the app's fix
 
 
 def _deep(depth: int) -> bytes:
@@ -134,9 +133,8 @@ def _app_cases() -> list[Case]:
     sessions = "/api/sessions"
     submit = f"{sessions}/hostile/submissions"
     deep_but_small = _deep(100_000)  # 200 KB: under the app's 256 KB body limit
-    json_only = "api/inputs.py json_object/decision: json.loads raises RecursionError, not caught"
     return [
-        Case("submit deep", "POST", submit, deep_but_small, JSON, app_defect=json_only),
+        Case("submit deep", "POST", submit, deep_but_small, JSON),
         Case("submit malformed", "POST", submit, b'{"requestId": ', JSON),
         Case("submit wrong types", "POST", submit, b'{"requestId": 5, "text": []}', JSON),
         Case("submit huge", "POST", submit, b'"' + b"x" * (1024 * 1024) + b'"', JSON),
@@ -149,7 +147,7 @@ def _app_cases() -> list[Case]:
         Case("changes wait nan", "GET", f"{sessions}/hostile/changes?wait=nan", None),
         Case("changes limit negative", "GET", f"{sessions}/hostile/changes?limit=-1", None),
         Case("submission bad id", "GET", f"{sessions}/hostile/submissions/%01", None),
-        Case("operator deep", "POST", f"{sessions}/hostile/submissions/s1/operator", deep_but_small, JSON, app_defect=json_only),
+        Case("operator deep", "POST", f"{sessions}/hostile/submissions/s1/operator", deep_but_small, JSON),
         Case("operator wrong type", "POST", f"{sessions}/hostile/submissions/s1/operator", b"[]", JSON),
         Case("approval bad decision", "POST", f"{sessions}/hostile/approvals/t1", b'{"requestId": "r", "decision": 7}', JSON),
         Case("page bad session", "GET", f"{sessions}/%00/page", None),
@@ -230,8 +228,7 @@ APP_CASES = _app_cases()
 
 @pytest.mark.parametrize(
     "case",
-    [pytest.param(c, marks=pytest.mark.xfail(reason=f"app defect: {c.app_defect}", strict=False))
-     if c.app_defect else c for c in APP_CASES],
+    APP_CASES,
     ids=[c.name for c in APP_CASES],
 )
 def test_hostile_input_to_the_app_routes_is_4xx_and_stores_nothing(kernel, case: Case) -> None:
