@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from durable_host import telemetry
 from durable_host.client import DurableClient
 from durable_host.http.auth import Gate, loggable
 from durable_host.http.functions import FunctionRoutes
@@ -113,6 +114,6 @@ def build_app(
             return await functions.handle(request, path[len(prefix):])
         return web.json_response({"error": "not_found", "message": f"No route for {path}"}, status=404)
 
-    app = web.Application(client_max_size=MAX_REQUEST, middlewares=[_errors_as_json])
+    app = web.Application(client_max_size=MAX_REQUEST, middlewares=[_errors_as_json, telemetry.extract_context])
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
