@@ -21,7 +21,7 @@ import pytest
 
 from kernel import ids
 from tests.app.turn_support import ModelServer, start_turn_host, wait_final
-from tests.harness import HostProcess, store_specs, wait_for
+from tests.harness import WEBHOOK, HostProcess, store_specs, wait_for
 
 SESSION = "traced"
 API_KEY = "sk-telemetry-test-6b1f0e"
@@ -65,6 +65,7 @@ def traced(
         turn = ids.turn_instance_id(SESSION, sub)
         host.wait_for_status(turn)
         metrics = wait_for(lambda: quiet(host), 30, "the host to have no work left")
+        stored = stored_text(host)
         assert host.stop() == 0
     finally:
         host.kill()
@@ -74,6 +75,7 @@ def traced(
         "metrics": [line for line in lines if "resource_metrics" in line],
         "raw": out.read_text(),
         "log": Path(str(host.log_path)).read_text(),
+        "stored": stored,
         "host_metrics": metrics,
         "turn": turn,
         "sub": sub,
@@ -89,6 +91,16 @@ def submit_traced(host: HostProcess) -> str:
     )
     assert response.status == 202, (response.status, response.body)
     return str(response.json()["submissionId"])
+
+
+def stored_text(host: HostProcess) -> str:
+    """Every instance's status with input, history and outputs, and the session's view."""
+    listed = host.get(f"{WEBHOOK}/instances?showInput=true").json()
+    query = "?showInput=true&showHistory=true&showHistoryOutput=true"
+    bodies = [host.get(f"{WEBHOOK}/instances/{i['instanceId']}{query}").body for i in listed]
+    bodies.append(host.get(f"/api/sessions/{SESSION}").body)
+    assert len(bodies) > 5
+    return b"\n".join(bodies).decode()
 
 
 def quiet(host: HostProcess) -> dict[str, Any] | None:
@@ -214,8 +226,9 @@ def test_token_and_latency_metrics_are_labelled_by_model(traced):
     assert "durabletask.episode.duration" in points and "durabletask.activity.duration" in points
 
 
-def test_no_secret_or_text_reaches_spans_metrics_or_logs(traced):
-    for where in ("raw", "log"):
+def test_no_secret_reaches_spans_metrics_logs_histories_or_statuses(traced):
+    assert TEXT in traced["stored"]  # the text is the session's data; the key is nobody's
+    for where in ("raw", "log", "stored"):
         assert API_KEY not in traced[where]
     assert TEXT not in traced["raw"]
     assert "2+3" not in traced["raw"]
