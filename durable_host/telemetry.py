@@ -148,7 +148,9 @@ def _instruments(provider: MeterProvider | None) -> dict[str, Any]:
         return meter.create_histogram(name, unit="s", description=what)
 
     return {
-        "episode": seconds("durabletask.episode.duration", "one orchestration episode: replay and commit"),
+        "episode": seconds(
+            "durabletask.episode.duration", "one orchestration episode: replay and commit"
+        ),
         "activity": seconds("durabletask.activity.duration", "one activity run"),
         "entity": seconds("durabletask.entity.batch.duration", "one entity batch and its commit"),
     }
@@ -194,12 +196,17 @@ def instance_trace(
 ) -> InstanceTrace:
     """The trace position of an execution, from its ``ExecutionStarted`` (None: unknown)."""
     started = started or {}
-    execution = execution_id or (started.get("OrchestrationInstance") or {}).get("ExecutionId") or ""
+    execution = (
+        execution_id or (started.get("OrchestrationInstance") or {}).get("ExecutionId") or ""
+    )
     parent = parse(started.get("ParentTraceContext"))
     trace_id = parent.trace_id if parent else derived_trace_id(instance_id, execution)
     flags = parent.trace_flags if parent else trace.TraceFlags(trace.TraceFlags.SAMPLED)
     span = SpanContext(
-        trace_id, orchestration_span_id(instance_id, execution), is_remote=True, trace_flags=flags,
+        trace_id,
+        orchestration_span_id(instance_id, execution),
+        is_remote=True,
+        trace_flags=flags,
         trace_state=parent.trace_state if parent else None,
     )
     stamp = started.get("Timestamp") or ""
@@ -248,9 +255,10 @@ def trace_episode(
 ) -> InstanceTrace | None:
     """Before the commit: place the episode and stamp what it sends with its orchestration span.
 
-    A sub-orchestration start without ``ParentTraceContext`` and an entity operation without
-    ``parentTraceContext`` get this execution's span; both are committed with the episode, so
-    the link survives a restart. None while telemetry is off (nothing is stamped).
+    A sub-orchestration start without ``ParentTraceContext`` (also the one a rewind sends a
+    child) and an entity operation without ``parentTraceContext`` get this execution's span;
+    they are committed with the episode, so the link survives a restart. None while telemetry
+    is off (nothing is stamped).
     """
     state = _state
     if state is None:
@@ -267,11 +275,20 @@ def trace_episode(
     outbox = []
     for item in episode.outbox:
         payload = item.payload
-        if payload.get("kind") == MessageKind.START and not payload["event"].get("ParentTraceContext"):
+        if payload.get("kind") == MessageKind.START and not payload["event"].get(
+            "ParentTraceContext"
+        ):
             payload = {**payload, "event": {**payload["event"], "ParentTraceContext": stamp}}
-        elif payload.get("kind") == MessageKind.OP and not payload["request"].get("parentTraceContext"):
+        elif payload.get("kind") == MessageKind.OP and not payload["request"].get(
+            "parentTraceContext"
+        ):
             payload = {**payload, "request": {**payload["request"], "parentTraceContext": stamp}}
-        outbox.append(item if payload is item.payload else dataclasses.replace(item, payload=payload))
+        elif payload.get("kind") == MessageKind.REWIND and isinstance(payload.get("start"), dict):
+            # a rewound child may start over from this start: it stays under its parent
+            payload = {**payload, "start": {**payload["start"], "ParentTraceContext": stamp}}
+        outbox.append(
+            item if payload is item.payload else dataclasses.replace(item, payload=payload)
+        )
     episode.outbox = outbox
     return found
 
@@ -307,7 +324,9 @@ def episode_done(
     )
     span.end(end)
     if "episode" in state.instruments:
-        state.instruments["episode"].record((end - start) / 1e9, {"durabletask.task.name": found.name})
+        state.instruments["episode"].record(
+            (end - start) / 1e9, {"durabletask.task.name": found.name}
+        )
     if episode.status in _ENDED and episode.status != previous_status:
         _orchestration_span(state, found, str(episode.status), end)
 
@@ -319,7 +338,9 @@ def _orchestration_span(state: _Telemetry, found: InstanceTrace, status: str, en
             f"orchestration:{found.name}",
             context=_under(found.parent),
             kind=SpanKind.SERVER,
-            attributes=_attributes(found, "orchestration", **{"durabletask.runtime_status": status}),
+            attributes=_attributes(
+                found, "orchestration", **{"durabletask.runtime_status": status}
+            ),
             start_time=_time_ns(found.started_at) or end,
         )
     finally:

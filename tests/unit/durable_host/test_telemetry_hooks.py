@@ -17,7 +17,10 @@ from durable_host.config import ConfigError
 from durable_host.records import ActivityWork, Episode, MessageKind, Outgoing, OutgoingKind
 
 NOW = "2026-01-01T00:00:00.000000Z"
-CALLER = {"TraceParent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "TraceState": None}
+CALLER = {
+    "TraceParent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    "TraceState": None,
+}
 CALLER_TRACE, CALLER_SPAN = 0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7
 Spans = Callable[[], list[ReadableSpan]]
 
@@ -35,10 +38,16 @@ def spans() -> Iterator[Spans]:
     telemetry.shutdown()
 
 
-def started(instance_id: str = "i1", execution_id: str = "e1", carried: Any = CALLER) -> dict[str, Any]:
+def started(
+    instance_id: str = "i1", execution_id: str = "e1", carried: Any = CALLER
+) -> dict[str, Any]:
     event = h.execution_started(
-        at=NOW, name="flow", instance_id=instance_id, execution_id=execution_id,
-        input_json='"secret input"', version="",
+        at=NOW,
+        name="flow",
+        instance_id=instance_id,
+        execution_id=execution_id,
+        input_json='"secret input"',
+        version="",
     )
     return {**event, "ParentTraceContext": carried} if carried else event
 
@@ -53,8 +62,11 @@ def sending_episode() -> Episode:
         events=[h.orchestrator_started(NOW), h.orchestrator_completed(NOW)],
         outbox=[
             Outgoing(OutgoingKind.MESSAGE, "i1:c", {"kind": MessageKind.START, "event": child}),
-            Outgoing(OutgoingKind.MESSAGE, "@counter@k", {"kind": MessageKind.OP, "request": request}),
+            Outgoing(
+                OutgoingKind.MESSAGE, "@counter@k", {"kind": MessageKind.OP, "request": request}
+            ),
             Outgoing(OutgoingKind.ACTIVITY, "i1", {"name": "work"}),
+            Outgoing(OutgoingKind.MESSAGE, "i1:d", {"kind": MessageKind.REWIND, "start": child}),
         ],
     )
 
@@ -62,9 +74,14 @@ def sending_episode() -> Episode:
 def test_the_standard_settings_choose_the_exporters_and_unset_means_off():
     assert telemetry_setup.exporters({}, "traces") == []
     assert telemetry_setup.exporters({"OTEL_TRACES_EXPORTER": "console"}, "traces") == ["console"]
-    assert telemetry_setup.exporters({"OTEL_TRACES_EXPORTER": "otlp, console"}, "traces") == ["otlp", "console"]
+    assert telemetry_setup.exporters({"OTEL_TRACES_EXPORTER": "otlp, console"}, "traces") == [
+        "otlp",
+        "console",
+    ]
     assert telemetry_setup.exporters({"OTEL_METRICS_EXPORTER": "none"}, "metrics") == []
-    assert telemetry_setup.exporters({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, "metrics") == ["otlp"]
+    assert telemetry_setup.exporters(
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, "metrics"
+    ) == ["otlp"]
     off = {"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "console"}
     assert telemetry_setup.exporters(off, "traces") == []
     with pytest.raises(ConfigError, match="zipkin"):
@@ -93,13 +110,18 @@ def test_an_episode_stamps_its_children_and_entity_operations_with_its_own_span(
 
     assert found is not None
     assert (found.span.trace_id, found.span.span_id) == (
-        CALLER_TRACE, telemetry.orchestration_span_id("i1", "e1")
+        CALLER_TRACE,
+        telemetry.orchestration_span_id("i1", "e1"),
     )
-    child, op = (telemetry.parse(x) for x in (
-        episode.outbox[0].payload["event"]["ParentTraceContext"],
-        episode.outbox[1].payload["request"]["parentTraceContext"],
-    ))
-    assert child == op and child is not None
+    child, op, rewound = (
+        telemetry.parse(x)
+        for x in (
+            episode.outbox[0].payload["event"]["ParentTraceContext"],
+            episode.outbox[1].payload["request"]["parentTraceContext"],
+            episode.outbox[3].payload["start"]["ParentTraceContext"],
+        )
+    )
+    assert child == op == rewound and child is not None
     assert (child.trace_id, child.span_id) == (found.span.trace_id, found.span.span_id)
     assert "ParentTraceContext" not in original["event"]  # the decided payload is not mutated
     assert episode.outbox[2].payload == {"name": "work"}
@@ -128,7 +150,9 @@ def test_each_committed_episode_is_one_span_and_the_last_one_ends_the_orchestrat
 
 
 def test_an_instance_started_without_a_trace_context_roots_a_trace_of_its_own(spans):
-    found = telemetry.trace_episode("i2", [started("i2", "e9", carried=None)], Episode(consumed=[1]))
+    found = telemetry.trace_episode(
+        "i2", [started("i2", "e9", carried=None)], Episode(consumed=[1])
+    )
     assert found is not None and found.parent is None
 
     telemetry.episode_done(found, Episode(consumed=[1], status="Failed"), 0.0, "Running", 1)
@@ -168,7 +192,8 @@ def test_an_activity_run_is_one_span_under_its_orchestration_and_current_while_i
     assert seen == [first.context.span_id, second.context.span_id]
     assert first.parent is not None
     assert (first.context.trace_id, first.parent.span_id) == (
-        CALLER_TRACE, telemetry.orchestration_span_id("i3", "e3")
+        CALLER_TRACE,
+        telemetry.orchestration_span_id("i3", "e3"),
     )
     attributes = dict(first.attributes)
     assert attributes["durabletask.activity.attempt"] == 2
@@ -179,8 +204,20 @@ def test_an_activity_run_is_one_span_under_its_orchestration_and_current_while_i
 def test_an_entity_batch_hangs_from_its_first_sender_and_links_the_others(spans):
     other = {"TraceParent": "00-11111111111111111111111111111111-2222222222222222-01"}
     messages = [
-        (1, {"kind": MessageKind.OP, "request": {"op": "add", "id": "a", "parentTraceContext": CALLER}}),
-        (2, {"kind": MessageKind.OP, "request": {"op": "get", "id": "b", "parentTraceContext": other}}),
+        (
+            1,
+            {
+                "kind": MessageKind.OP,
+                "request": {"op": "add", "id": "a", "parentTraceContext": CALLER},
+            },
+        ),
+        (
+            2,
+            {
+                "kind": MessageKind.OP,
+                "request": {"op": "get", "id": "b", "parentTraceContext": other},
+            },
+        ),
         (3, {"kind": MessageKind.OP, "request": {"op": "add", "id": "c", "signal": True}}),
     ]
 
