@@ -165,7 +165,11 @@ def _span(
     """A current span that records an exception by its type only: its message may quote a
     prompt, an argument or a key."""
     with _tracer.start_as_current_span(
-        name, kind=kind, attributes=attributes, record_exception=False, set_status_on_exception=False
+        name,
+        kind=kind,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
     ) as span:
         try:
             yield span

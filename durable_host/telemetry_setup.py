@@ -122,9 +122,11 @@ def build(
         for exporter in chosen:
             tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
     if metric_reader is not None or metric_names:
-        readers = [metric_reader] if metric_reader is not None else [
-            PeriodicExportingMetricReader(_metrics(name, out)) for name in metric_names
-        ]
+        readers = (
+            [metric_reader]
+            if metric_reader is not None
+            else [PeriodicExportingMetricReader(_metrics(name, out)) for name in metric_names]
+        )
         meter_provider = MeterProvider(resource=resource, metric_readers=readers)
     where = (environ.get(FILE_SETTING) or "stdout") if out is not None else None
     description = (

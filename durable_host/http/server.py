@@ -114,6 +114,8 @@ def build_app(
             return await functions.handle(request, path[len(prefix):])
         return web.json_response({"error": "not_found", "message": f"No route for {path}"}, status=404)
 
-    app = web.Application(client_max_size=MAX_REQUEST, middlewares=[_errors_as_json, telemetry.extract_context])
+    # telemetry: a request's traceparent is the current context while it is handled
+    middlewares = [_errors_as_json, telemetry.extract_context]
+    app = web.Application(client_max_size=MAX_REQUEST, middlewares=middlewares)
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app

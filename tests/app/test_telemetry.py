@@ -148,7 +148,9 @@ def test_the_submission_is_one_tree_rooted_at_the_callers_traceparent(traced):
     assert {hexid(s["context"]["trace_id"]) for s in turn_spans} == {TRACE_ID}
     assert hexid(root["parent_id"]) == CALLER_SPAN
     # every other span hangs from a span that was recorded: one tree, no orphans
-    assert [s["name"] for s in turn_spans if s is not root and hexid(s["parent_id"]) not in ids_] == []
+    assert [
+        s["name"] for s in turn_spans if s is not root and hexid(s["parent_id"]) not in ids_
+    ] == []
 
     def chain(span: dict[str, Any]) -> list[str]:
         names = []
@@ -168,7 +170,10 @@ def test_the_submission_is_one_tree_rooted_at_the_callers_traceparent(traced):
     ]
     assert chain(chat) == [f"chat {MODEL}", "activity:call_model", *upper]
     assert chain(tool) == [
-        "execute_tool calculator", "activity:execute_tool", "orchestration:tool_task", *upper
+        "execute_tool calculator",
+        "activity:execute_tool",
+        "orchestration:tool_task",
+        *upper,
     ]
     turn = next(s for s in by_kind(spans, "orchestration") if instance(s) == traced["turn"])
     assert attrs(turn)["durabletask.runtime_status"] == "Completed"
@@ -193,7 +198,9 @@ def test_model_and_tool_spans_carry_ids_tokens_and_outcome(traced):
         assert found["agent.submission_id"] == traced["sub"]
     assert sorted(attrs(s)["agent.round"] for s in chats) == ["1", "2"]
     [tool] = tools
-    assert {k: attrs(tool)[k] for k in ("gen_ai.tool.name", "agent.tool.outcome", "agent.tool.ok")} == {
+    assert {
+        k: attrs(tool)[k] for k in ("gen_ai.tool.name", "agent.tool.outcome", "agent.tool.ok")
+    } == {
         "gen_ai.tool.name": "calculator",
         "agent.tool.outcome": "done",
         "agent.tool.ok": True,

@@ -60,12 +60,12 @@ def test_executions_entity_calls_and_http_signals_share_their_callers_trace(trac
     spans = spans_in(traced_host.out)
     by_id = {hexid(s["context"]["span_id"]): s for s in spans}
 
-    executions = [
-        s for s in spans
-        if s["name"] == "orchestration:counter_loop"
-    ]
+    executions = [s for s in spans if s["name"] == "orchestration:counter_loop"]
     assert sorted(attrs(s)["durabletask.runtime_status"] for s in executions) == [
-        "Completed", "ContinuedAsNew", "ContinuedAsNew", "ContinuedAsNew"
+        "Completed",
+        "ContinuedAsNew",
+        "ContinuedAsNew",
+        "ContinuedAsNew",
     ]
     assert len({s["context"]["span_id"] for s in executions}) == 4
     assert {hexid(s["context"]["trace_id"]) for s in executions} == {TRACE_ID}
@@ -101,7 +101,8 @@ def test_an_activity_run_again_after_a_crash_stays_under_its_orchestration(trace
 
     [orchestration] = [s for s in spans if s["name"] == "orchestration:hello_sequence"]
     reruns = [
-        s for s in spans
+        s
+        for s in spans
         if s["name"] == "activity:say_hello" and attrs(s)["durabletask.activity.attempt"] == 2
     ]
     assert len(reruns) == 1
