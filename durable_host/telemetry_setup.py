@@ -18,7 +18,7 @@
 
 A setting this host cannot honour raises ``ConfigError`` (the host then stops in one line).
 Spans go through a batch processor, metrics through a periodic reader; ``Setup.shutdown``
-flushes both. Span ids are random except for the one span a caller pins with ``pinned``
+flushes both, for at most ``SHUTDOWN_TIMEOUT`` seconds. Span ids are random except for the one span a caller pins with ``pinned``
 (an orchestration's own span, whose id is a hash of its instance and execution ids).
 """
 
@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -43,6 +45,7 @@ from durable_host.config import ConfigError
 log = logging.getLogger("durable_host.telemetry")
 FILE_SETTING = "DURABLE_HOST_TELEMETRY_FILE"
 EXPORTERS = ("otlp", "console")
+SHUTDOWN_TIMEOUT = 5.0  # seconds the host's stop waits for the exporters to flush
 pinned: ContextVar[tuple[int, int] | None] = ContextVar("durable_pinned_ids", default=None)
 
 
@@ -65,15 +68,31 @@ class Setup:
     out: IO[str] | None
     description: str
 
-    def shutdown(self) -> None:
-        for provider in (self.tracer_provider, self.meter_provider):
-            if provider is not None:
-                try:
-                    provider.shutdown()
-                except Exception:  # a collector that is down must not stop a stop
-                    log.warning("telemetry exporter did not shut down cleanly", exc_info=True)
-        if self.out is not None and self.out is not sys.stdout:
+    def shutdown(self, timeout: float = SHUTDOWN_TIMEOUT) -> None:
+        """Flush and stop both providers at once, for at most ``timeout`` seconds: an OTLP
+        exporter retries an unreachable collector with back-off, which must not hold up the
+        stop of the host for long (what is not sent by then is dropped, and logged)."""
+        deadline = time.monotonic() + timeout
+        threads = [
+            threading.Thread(target=_shutdown, args=(p,), name="telemetry-stop", daemon=True)
+            for p in (self.tracer_provider, self.meter_provider)
+            if p is not None
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if any(thread.is_alive() for thread in threads):
+            log.warning("telemetry not flushed within %.0fs; the rest is dropped", timeout)
+        elif self.out is not None and self.out is not sys.stdout:
             self.out.close()
+
+
+def _shutdown(provider: TracerProvider | MeterProvider) -> None:
+    try:
+        provider.shutdown()
+    except Exception:  # a collector that is down must not stop a stop
+        log.warning("telemetry exporter did not shut down cleanly", exc_info=True)
 
 
 def exporters(environ: Mapping[str, str], signal: str) -> list[str]:
