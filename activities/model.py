@@ -30,7 +30,7 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from adapters import model_provider
+from adapters import model_provider, telemetry
 from adapters.attempt_ledger import default_ledger
 from adapters.content_store import default_store
 from entities import session_pages
@@ -70,6 +70,11 @@ async def read_entries(
     return entries
 
 
+def requested_model() -> str:
+    config = model_provider.ProviderConfig.from_settings(os.environ)
+    return config.model if config is not None else planner.MODEL_NAME
+
+
 async def ask(entries: list[dict[str, Any]], timeout_s: float) -> ModelResult:
     config = model_provider.ProviderConfig.from_settings(os.environ)
     if config is None:
@@ -107,7 +112,9 @@ async def call_model(job: dict[str, Any], client: df.DurableOrchestrationClient)
     if saved is not None and saved.completed:
         return {**saved.result, "reused": True}
     entries = await read_entries(client, job["session_id"], job["submission_id"])
-    result = (await ask(entries, float(job.get("timeout_s") or 120))).to_dict()
+    with telemetry.model_call(job, requested_model()) as call:
+        result = (await ask(entries, float(job.get("timeout_s") or 120))).to_dict()
+        call.record(result)
     if result["ok"]:
         text = result["response"].get("content")
         result["content_ref"] = await asyncio.to_thread(_stored_if_long, text)

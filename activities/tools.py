@@ -53,6 +53,7 @@ from typing import Any
 
 import azure.durable_functions as df
 
+from adapters import telemetry
 from adapters.attempt_ledger import AttemptLedger, LeaseLost, attempt_state, default_ledger
 from adapters.content_store import default_store
 from entities import session_pages
@@ -84,6 +85,11 @@ class ToolEnv:
 async def execute_tool(
     job: dict[str, Any], client: df.DurableOrchestrationClient
 ) -> dict[str, Any]:
+    with telemetry.tool_call(job) as call:  # one span per run: tool name and outcome
+        return call.record(await _execute(job, client))
+
+
+async def _execute(job: dict[str, Any], client: df.DurableOrchestrationClient) -> dict[str, Any]:
     ledger = default_ledger()
     key, name = job["key"], job["name"]
     spec = tools.TOOLS.get(name)

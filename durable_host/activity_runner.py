@@ -28,7 +28,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from durable_host import activities, faults, logs
+from durable_host import activities, faults, logs, telemetry
 from durable_host import history as h
 from durable_host.config import HostConfig
 from durable_host.loader import AppIndex
@@ -146,13 +146,15 @@ class ActivityRunner:
             return _poison_message(work, attempts, self.now())
         faults.hit("activity.start")
         self.stats["activity_runs"] += 1
-        message = await activities.run(
-            self.index,
-            work,
-            client_json=self.client_json,
-            app_dir=str(self.config.app_dir),
-            timeout=self.config.function_timeout,
-            now=self.now,
+        message = await telemetry.run_activity(  # the activity's span, current while it runs
+            self.store, work, attempts, activities.run(
+                self.index,
+                work,
+                client_json=self.client_json,
+                app_dir=str(self.config.app_dir),
+                timeout=self.config.function_timeout,
+                now=self.now,
+            ),
         )
         faults.hit("activity.before_complete")
         return message

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from durable_host import history as h
-from durable_host import orchestration, wire
+from durable_host import orchestration, telemetry, wire
 from durable_host.engine import Engine
 from durable_host.records import (
     TERMINAL,
@@ -179,10 +179,11 @@ class DurableClient:
             version=version, input_json=input_json, created_at=now, updated_at=now,
         )
         try:
-            await self.store.create_instance(
-                record, {"kind": MessageKind.START, "event": start},
-                self.engine.config.overridable_states, visible_at=scheduled_start,
-            )
+            with telemetry.creating_orchestration(start, instance_id):  # its trace, in `start`
+                await self.store.create_instance(
+                    record, {"kind": MessageKind.START, "event": start},
+                    self.engine.config.overridable_states, visible_at=scheduled_start,
+                )
         except InstanceExistsError as exc:
             raise ClientError(409, str(exc), ALREADY_EXISTS) from exc
         if scheduled_start and scheduled_start > now:
@@ -343,6 +344,7 @@ class DurableClient:
         request_id = str(uuid.uuid4())
         request = {"op": operation, "id": request_id, "signal": True, "input": input_json}
         target = wire.entity_instance_id(name, key)
+        telemetry.stamp_signal(request)
         message = {"kind": MessageKind.OP, "request": request}
         await self.store.send(target, message, self.engine.now())
         self.engine.notify(target)

@@ -59,7 +59,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from durable_host import entity, faults, logs, orchestration, replay, sessions, versioning
+from durable_host import (
+    entity,
+    faults,
+    logs,
+    orchestration,
+    replay,
+    sessions,
+    telemetry,
+    versioning,
+)
 from durable_host import history as h
 from durable_host.activity_runner import ActivityRunner
 from durable_host.config import HostConfig
@@ -351,6 +360,7 @@ class Engine:
         replayed = time.perf_counter()
         if not episode.consumed:
             return  # everything is held (suspended): nothing to commit
+        traced = telemetry.trace_episode(instance_id, history, episode)  # stamps what it sends
         faults.hit("episode.before_commit")
         try:
             created = await self.store.commit_episode(instance_id, episode, now)
@@ -364,6 +374,8 @@ class Engine:
         self.timings["commit"].append(done - replayed)
         self.timings["episode"].append(done - started)
         self.stats["episodes"] += 1
+        previous = record.status if record else None
+        telemetry.episode_done(traced, episode, started, previous, len(history))
         if session is not None and session.continued > continued:
             self.stats["session_steps"] = self.stats.get("session_steps", 0) + 1
         if episode.status and episode.status != (record.status if record else None):
@@ -502,6 +514,7 @@ class Engine:
         faults.hit("entity.before_commit")
         await self.store.commit_entity(commit)
         faults.hit("entity.after_commit")
+        telemetry.entity_batch_done(instance_id, messages, started, poison)
         if poison is not None:
             log.error("entity batch of %d messages %s", len(messages), poison)
         self.stats["entity_batches"] = self.stats.get("entity_batches", 0) + 1

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from durable_host import config as config_mod
-from durable_host import loader
+from durable_host import loader, telemetry
 from durable_host.client import DurableClient
 from durable_host.engine import Engine
 from durable_host.http import auth, listener, server
@@ -132,6 +132,7 @@ class Host:
         config_mod.apply_local_settings(self.app_dir)
         config_mod.set_script_root(self.app_dir)
         self.config = config_mod.load(self.app_dir)
+        log.info("%s", telemetry.configure(os.environ))  # OTEL_* settings; off when unset
         try:
             self.public_url = auth.parse_public_url(
                 self.public_url or os.environ.get("DURABLE_HOST_PUBLIC_URL")
@@ -194,3 +195,4 @@ class Host:
         await self.engine.stop(self.grace)
         await self._runner.cleanup()
         await self.store.close()
+        telemetry.shutdown()  # flush what the exporters still hold

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import azure.functions as func
 from aiohttp import web
 
-from durable_host import invocation
+from durable_host import invocation, telemetry
 from durable_host.client import ClientError
 from durable_host.http.limits import Limits, read_body
 from durable_host.loader import FunctionInfo
@@ -135,7 +135,10 @@ class FunctionRoutes:
         )
         kwargs = invocation.build_kwargs(info, req, lambda: self.client_json(request), self.app_dir)
         try:
-            result = await invocation.call(info.fn, kwargs)
+            result = await telemetry.run_function(  # the call's span, current while it runs
+                info.name, info.trigger().get("route") or info.name, request.method,
+                invocation.call(info.fn, kwargs),
+            )
         except Exception:
             log.exception("HTTP function %s failed", info.name)
             return web.json_response(

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from durable_host import telemetry
 from durable_host.client import DurableClient
 from durable_host.http.auth import Gate, loggable
 from durable_host.http.functions import FunctionRoutes
@@ -121,7 +122,9 @@ def build_app(
             return await functions.handle(request, path[len(prefix):])
         return web.json_response({"error": "not_found", "message": f"No route for {path}"}, status=404)
 
-    app = web.Application(client_max_size=limits.max_request_bytes, middlewares=[_errors_as_json])
+    # telemetry: a request's traceparent is the current context while it is handled
+    middlewares = [_errors_as_json, telemetry.extract_context]
+    app = web.Application(client_max_size=limits.max_request_bytes, middlewares=middlewares)
     # Every path, newlines included (a ``.`` pattern would leave "%0A" to aiohttp's text 404).
     app.router.add_route("*", r"/{tail:[\s\S]*}", dispatch)
     return app

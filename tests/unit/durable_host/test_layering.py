@@ -10,6 +10,8 @@
 * ``keys`` (the host's keys) reaches neither HTTP nor a store implementation: it sees the
   store only as the two secret methods of the port, so HTTP and the CLI share it.
 * ``kernel`` does no IO.
+* Telemetry lives in the shell: no core reaches ``opentelemetry``, and of the app only
+  activities, the API and adapters do - never orchestrators, which replay, nor entities.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ APP = (*APP_PACKAGES, "function_app")
 CORES = ("orchestration", "entity", "history", "shim", "replay", "wire", "rewind", "records")
 CORE_FORBIDDEN = (
     "durable_host.store", "durable_host.http", "asyncio", "sqlite3", "aiohttp", "azure",
+    "opentelemetry",
 )
+REPLAYED = ("orchestrators", "entities", "kernel")  # code that must never emit a span
 STORE_MAY_IMPORT = (
     "durable_host.records",
     "durable_host.faults",
@@ -214,3 +218,14 @@ def test_the_keys_reach_no_http_and_no_store() -> None:
 
     assert closure == {f"{HOST}.keys"}
     assert [i for i in _imports(modules[f"{HOST}.keys"]) if _reaches(i, ("aiohttp", "azure", "sqlite3"))] == []
+
+
+def test_spans_are_never_made_by_replayed_code() -> None:
+    violations = [
+        f"{_module_name(path)} imports {imported}"
+        for path in _sources(*REPLAYED)
+        for imported in _imports(path)
+        if _reaches(imported, ("opentelemetry", "adapters.telemetry"))
+    ]
+
+    assert violations == []
