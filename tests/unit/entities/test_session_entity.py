@@ -16,6 +16,8 @@ T0 = "2025-01-01T00:00:00Z"
 
 @pytest.fixture(autouse=True)
 def _content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Files, even when the suite has exported an AzureWebJobsStorage for its Azure hosts.
+    monkeypatch.setenv("AGENT_STATE_STORE", "file")
     monkeypatch.setenv("AGENT_CONTENT_DIR", str(tmp_path / "content"))
     monkeypatch.setenv("AGENT_SESSION_PAGE_SIZE", "2")
     session_pages._cache.clear()
