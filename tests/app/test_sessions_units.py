@@ -11,7 +11,7 @@ import azure.durable_functions as df
 import azure.functions as func
 import pytest
 
-from api import inputs, pages, purge, sessions
+from api import approval_links, inputs, operator, pages, purge, sessions
 from entities.session import handle
 from kernel import content
 from kernel import session as core
@@ -254,8 +254,8 @@ def test_the_finishing_commit_is_accepted_by_the_session() -> None:
 
 def served_routes() -> set[tuple[str, str]]:
     app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
-    app.register_functions(sessions.bp)
-    app.register_functions(pages.bp)
+    for blueprint in (sessions.bp, pages.bp, operator.bp, approval_links.bp):
+        app.register_functions(blueprint)
     routes = set()
     for function in app.get_functions():
         trigger = function.get_trigger()
@@ -285,3 +285,23 @@ def test_the_openapi_document_describes_every_route_the_api_serves() -> None:
     text = (ROOT / "docs" / "openapi.yaml").read_text()
     assert text.startswith("openapi: 3.")
     assert served_routes() == documented_routes(text)
+
+
+def test_every_route_declares_the_level_docs_security_md_gives_it() -> None:
+    import function_app
+
+    levels = {}
+    for function in function_app.app.get_functions():
+        trigger = function.get_trigger()
+        if getattr(trigger, "route", None) is not None:
+            level = trigger.auth_level
+            levels[trigger.route] = str(getattr(level, "value", level)).lower()
+    admin = {"sessions/{sessionId}/submissions/{submissionId}/operator",
+             "sessions/{sessionId}/approvals/{toolTaskId}"}  # fmt: skip
+    anonymous = {"approvals/{toolTaskId}", "static/{name}", "openapi.yaml"}
+
+    assert {route for route, level in levels.items() if level == "admin"} == admin
+    assert {route for route, level in levels.items() if level == "anonymous"} == anonymous
+    assert {level for route, level in levels.items() if route not in admin | anonymous} == {
+        "function"
+    }
