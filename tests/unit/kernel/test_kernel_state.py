@@ -211,3 +211,14 @@ def test_a_malformed_owner_is_refused(owner: object) -> None:
     with pytest.raises(ValidationError):
         session.accept(session.new_state("s1", T0), {"request_id": "r1", "text": "hi",
                                                     "owner": owner}, T0)  # fmt: skip
+
+
+def test_sealing_keeps_the_owner_in_the_head() -> None:
+    state, _ = session.accept(session.new_state("s1", T0), {"request_id": "r1", "text": "hi",
+                                                           "owner": "alice"}, T0)  # fmt: skip
+    for i in range(12):
+        state, _ = session.commit(state, {"entries": [{"role": "system", "text": f"e{i}"}]}, T0)
+
+    head, pages = session.seal(state, 4)
+
+    assert pages and head["owner"] == "alice"
