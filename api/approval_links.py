@@ -38,6 +38,7 @@ from adapters.attempt_ledger import default_ledger
 from api.replies import reply
 from kernel import ids
 from kernel.approval_tokens import DECISIONS, TOKEN_PATTERN, claim_owner, matches, token_hash
+from kernel.errors import KernelError
 
 bp = df.Blueprint()
 log = logging.getLogger("agent.approvals")
@@ -164,7 +165,7 @@ async def approval_link(
         return refuse(400, "invalid_decision", "decision must be approve or reject", "decision")
     try:
         task_id = ids.validate_instance_id(req.route_params.get("toolTaskId"), "toolTaskId")
-    except Exception:  # noqa: BLE001 - a malformed id is just a link that matches nothing
+    except KernelError:  # a malformed id is just a link that matches nothing
         return refuse(403, "approval_token_invalid", "the approval link is not valid")
     custom, refused = await check_link(client, task_id, decision, token)
     if refused is not None or custom is None:

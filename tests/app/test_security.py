@@ -262,8 +262,14 @@ def test_the_master_key_decides_once_and_then_the_links_are_refused(app: Keyed):
     link = app.call("POST", links["approve"], key=None)
     final = app.wait_final("admin", sub)
 
+    token = token_of(links["approve"])
+    bad_id = app.call("POST", f"/api/approvals/bad%20id?decision=approve&token={token}", key=None)
+    bad_decision = app.call("POST", links["approve"].replace("=approve", "=maybe"), key=None)
+
     assert decided.status == 202
     assert link.status == 403
+    assert (bad_id.status, bad_id.json()["error"]) == (403, "approval_token_invalid")
+    assert (bad_decision.status, bad_decision.json()["field"]) == (400, "decision")
     assert "rejected" in final["answer"]
 
 
