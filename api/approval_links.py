@@ -8,7 +8,8 @@ is durable.
 
 The route is anonymous for the host: the token is the credential. It is good only when
 * it hashes to the hash the waiting tool task published for that decision
-  (``kernel.approval_tokens``): bound to this task and this decision;
+  (``kernel.approval_tokens``): bound to this task and this decision (while the task says its
+  links are still ``pending``, the route waits up to ``ISSUING_POLLS`` short polls for them);
 * the task is still waiting and its deadline (``until``) has not passed;
 * no decision was taken for the task yet: the first decision claims the task's marker in the
   attempt ledger (create-if-absent, so two racing requests cannot both win), by link or by the
@@ -44,6 +45,7 @@ bp = df.Blueprint()
 log = logging.getLogger("agent.approvals")
 MARKER_LEASE_S = 366 * 24 * 3600.0  # a decision marker is never taken over
 LOG_EVERY_S = 60.0
+ISSUING_POLLS, ISSUING_POLL_S = 50, 0.2  # at most 10 s for an approval whose links are in flight
 _TOKEN = re.compile(TOKEN_PATTERN)
 
 
@@ -140,6 +142,11 @@ async def check_link(
     if record is not None and record.owner == claim_owner(digest):
         return None, refuse(403, "approval_token_used", "this approval link was used already")
     custom = await waiting_status(client, task_id)
+    for _ in range(ISSUING_POLLS):  # the mail can arrive before the hashes are published
+        if custom is None or custom.get("links") != "pending":
+            break
+        await asyncio.sleep(ISSUING_POLL_S)
+        custom = await waiting_status(client, task_id)
     if custom is None or not matches(custom.get("token_hashes"), task_id, decision, token):
         message = "the approval link is not valid (wrong, expired or the task was decided)"
         return None, refuse(403, "approval_token_invalid", message)

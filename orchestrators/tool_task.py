@@ -255,6 +255,10 @@ def issue_links(context: df.DurableOrchestrationContext, tool: ToolJob, until: s
         "tool": tool.name,
         "until": until,
     }
+    # Published before the mail goes out: a link clicked before the hashes are published
+    # is then held by the link route for a moment instead of refused.
+    set_status(context, "approval", tool=tool.name, event=f"approval:{tool.task_id}",
+               until=until, links="pending")  # fmt: skip
     try:
         issued = yield context.call_activity("issue_approval", job)
     except Exception:  # noqa: BLE001 - no links is a degraded approval, not a failed tool
