@@ -3,12 +3,13 @@
 import azure.durable_functions as df
 import azure.functions as func
 
-from activities import cancel, hand_over, mail, model, notice_session, tools
-from api import operator, pages, sessions
+from activities import approvals, cancel, hand_over, mail, model, notice_session, tools
+from api import approval_links, operator, pages, sessions
 from entities import semaphore, session
 from orchestrators import agent_round, agent_run, agent_turn, notices, tool_task
 
-app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
+# Every route declares its level; the default covers any route added without one.
+app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
 
 for blueprint in (
     session.bp,
@@ -27,5 +28,7 @@ for blueprint in (
     mail.bp,
     notice_session.bp,
     cancel.bp,
+    approvals.bp,
+    approval_links.bp,
 ):
     app.register_functions(blueprint)

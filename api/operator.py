@@ -8,6 +8,11 @@
   ``{"requestId", "decision": "approve"|"reject"}``: for a tool task waiting for approval,
   raise ``approval:{toolTaskId}``.
 
+Both are ``admin``-level routes: only the master key reaches them (docs/security.md). An
+approver without it decides through the link the kernel mailed (``api/approval_links.py``);
+a decision by either path claims the task's one decision marker first, so the other path is
+refused afterwards (409 ``already_decided``).
+
 Both answer 202 ``{"accepted": true, "duplicate", ...}`` once the event is durable; repeating a
 request with the same ``requestId`` is harmless and answers 202 with ``"duplicate": true``
 (the orchestration publishes the decision it took, with its request id, in its custom status).
@@ -24,7 +29,7 @@ from typing import Any
 import azure.durable_functions as df
 import azure.functions as func
 
-from api import inputs
+from api import approval_links, inputs
 from api.replies import failure, reply
 from kernel import ids
 from kernel.errors import ConflictError, KernelError, NotFoundError
@@ -76,7 +81,25 @@ async def _decide(
     return reply({"accepted": True, "duplicate": False, "instanceId": instance_id, **payload}, 202)
 
 
-@bp.route(route="sessions/{sessionId}/submissions/{submissionId}/operator", methods=["POST"])
+async def _claim_decision(
+    client: df.DurableOrchestrationClient, task_id: str, session_id: str, request_id: str
+) -> func.HttpResponse | None:
+    """Claim the task's one decision for this request id while the task waits for it; the
+    refusal when a link (or another request) decided first, else None (go on and decide)."""
+    found = await _custom_status(client, task_id, session_id)
+    if found is None or found[1].get("phase") != "approval":
+        return None  # _decide answers: a duplicate, not waiting, or not found
+    if await approval_links.claim(task_id, f"admin:{request_id}") == "taken":
+        message = f"{task_id!r} was decided already"
+        return failure(ConflictError("already_decided", message, None))
+    return None
+
+
+@bp.route(
+    route="sessions/{sessionId}/submissions/{submissionId}/operator",
+    methods=["POST"],
+    auth_level=func.AuthLevel.ADMIN,
+)
 @bp.durable_client_input(client_name="client")
 async def operator(
     req: func.HttpRequest, client: df.DurableOrchestrationClient
@@ -93,7 +116,11 @@ async def operator(
     )
 
 
-@bp.route(route="sessions/{sessionId}/approvals/{toolTaskId}", methods=["POST"])
+@bp.route(
+    route="sessions/{sessionId}/approvals/{toolTaskId}",
+    methods=["POST"],
+    auth_level=func.AuthLevel.ADMIN,
+)
 @bp.durable_client_input(client_name="client")
 async def approval(
     req: func.HttpRequest, client: df.DurableOrchestrationClient
@@ -104,6 +131,9 @@ async def approval(
         request_id, decision = inputs.decision(req.get_body(), "decision", DECISIONS)
     except KernelError as exc:
         return failure(exc)
+    refused = await _claim_decision(client, task_id, session_id, request_id)
+    if refused is not None:
+        return refused
     return await _decide(
         client, task_id, session_id, "approval", "approval", request_id, {"decision": decision}
     )

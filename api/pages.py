@@ -7,6 +7,11 @@ follows the session through the JSON API alone: it reads the view, follows
 arrive (or from scratch when the cursor expired). ``GET /api/openapi.yaml`` is
 docs/openapi.yaml (a deployment must include that file; .funcignore decides). Only the files
 named in ``STATIC`` are served.
+
+Auth: the page is a ``function``-level route like the JSON API it reads, so a browser opens it
+as ``.../page?code=<function key>`` and its script passes the key on (``x-functions-key``); a
+session owned by another principal answers 404 here too (``api/principals.py``). The script,
+the stylesheet and the OpenAPI document hold nothing about any session and are anonymous.
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ from pathlib import Path
 import azure.durable_functions as df
 import azure.functions as func
 
-from api import inputs
+from api import inputs, principals
 from api.replies import failure
+from entities import session_pages
 from kernel.errors import KernelError, NotFoundError
 
 bp = df.Blueprint()
@@ -39,16 +45,22 @@ def file_response(path: Path, mimetype: str) -> func.HttpResponse:
     )
 
 
-@bp.route(route="sessions/{sessionId}/page", methods=["GET"])
-def session_page(req: func.HttpRequest) -> func.HttpResponse:
+@bp.route(route="sessions/{sessionId}/page", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+@bp.durable_client_input(client_name="client")
+async def session_page(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient
+) -> func.HttpResponse:
     try:
-        inputs.session_id(req.route_params.get("sessionId"))
+        session_id = inputs.session_id(req.route_params.get("sessionId"))
+        who = principals.caller(req)
+        if who.trusted:
+            principals.check(who, await session_pages.read_head(client, session_id), session_id)
     except KernelError as exc:
         return failure(exc)
     return file_response(HERE / "static" / "session.html", "text/html")
 
 
-@bp.route(route="static/{name}", methods=["GET"])
+@bp.route(route="static/{name}", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
 def static_file(req: func.HttpRequest) -> func.HttpResponse:
     name = req.route_params.get("name", "")
     if name not in STATIC:
@@ -56,7 +68,7 @@ def static_file(req: func.HttpRequest) -> func.HttpResponse:
     return file_response(HERE / "static" / name, STATIC[name])
 
 
-@bp.route(route="openapi.yaml", methods=["GET"])
+@bp.route(route="openapi.yaml", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
 def openapi(req: func.HttpRequest) -> func.HttpResponse:
     if not OPENAPI.is_file():  # a deployment package that leaves docs/ out
         return failure(NotFoundError("file_not_found", "openapi.yaml is not deployed", None))

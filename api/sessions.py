@@ -34,7 +34,7 @@ import azure.functions as func
 from azure.durable_functions.models.OrchestrationRuntimeStatus import OrchestrationRuntimeStatus
 
 from adapters.content_store import default_store
-from api import inputs, purge
+from api import inputs, principals, purge
 from api.replies import failure, reply
 from entities import session_pages
 from kernel import content, ids
@@ -43,6 +43,7 @@ from kernel.errors import ConflictError, KernelError, NotFoundError
 from kernel.submissions import MAX_QUEUED_SUBMISSIONS
 
 bp = df.Blueprint()
+LEVEL = func.AuthLevel.FUNCTION  # every route: a function key (docs/security.md)
 POLL_SECONDS = 0.2
 RUNNING = [OrchestrationRuntimeStatus.Pending, OrchestrationRuntimeStatus.Running]
 
@@ -66,9 +67,15 @@ async def accepted_not_committed(client: df.DurableOrchestrationClient, session_
     return bool(running)
 
 
-async def current_state(client: df.DurableOrchestrationClient, session_id: str) -> dict[str, Any]:
-    """The session's state, the empty session while its first submission is in flight, or 404."""
+async def current_state(
+    client: df.DurableOrchestrationClient,
+    session_id: str,
+    who: principals.Caller = principals.ANYONE,
+) -> dict[str, Any]:
+    """The session's state, the empty session while its first submission is in flight, or 404
+    (also when the session belongs to another principal)."""
     state = await read_state(client, session_id)
+    principals.check(who, state, session_id)
     if state is not None:
         return state
     if await accepted_not_committed(client, session_id):
@@ -93,12 +100,15 @@ def api_root(req: func.HttpRequest) -> str:
 # --- submit ---------------------------------------------------------------------------
 
 
-def submission_job(session_id: str, submission: inputs.Submission) -> dict[str, Any]:
+def submission_job(
+    session_id: str, submission: inputs.Submission, owner: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The ``agent_turn`` input; a long text is stored first and travels by reference."""
     job: dict[str, Any] = {
         "session_id": session_id,
         "request_id": submission.request_id,
         "submission_id": ids.submission_id(session_id, submission.request_id),
+        **(owner or {}),
     }
     if content.needs_reference(submission.text):
         job["text_ref"] = default_store().put(submission.text)
@@ -129,16 +139,20 @@ def check_room(state: dict[str, Any] | None) -> None:
 
 
 async def start_once(
-    client: df.DurableOrchestrationClient, session_id: str, submission: inputs.Submission
+    client: df.DurableOrchestrationClient,
+    session_id: str,
+    submission: inputs.Submission,
+    who: principals.Caller = principals.ANYONE,
 ) -> tuple[str, str, bool]:
     """(submission id, status, duplicate): start the submission's turn unless it exists."""
     sub_id = ids.submission_id(session_id, submission.request_id)
     state = await read_state(client, session_id)
+    principals.check(who, state, session_id)
     existing = await known_status(client, state, session_id, sub_id)
     if existing is not None:
         return sub_id, existing, True
     check_room(state)
-    job = submission_job(session_id, submission)
+    job = submission_job(session_id, submission, who.owner_fields())
     try:
         await client.start_new("agent_turn", ids.turn_instance_id(session_id, sub_id), job)
     except Exception:  # the SDK raises bare Exceptions; see below
@@ -149,13 +163,14 @@ async def start_once(
     return sub_id, "accepted", False
 
 
-@bp.route(route="sessions/{sessionId}/submissions", methods=["POST"])
+@bp.route(route="sessions/{sessionId}/submissions", methods=["POST"], auth_level=LEVEL)
 @bp.durable_client_input(client_name="client")
 async def submit(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
     try:
         session_id = inputs.session_id(req.route_params.get("sessionId"))
+        who = principals.caller(req)
         submission = inputs.submission(req.get_body())
-        sub_id, status, duplicate = await start_once(client, session_id, submission)
+        sub_id, status, duplicate = await start_once(client, session_id, submission, who)
     except KernelError as exc:
         return failure(exc)
     body = {
@@ -172,14 +187,14 @@ async def submit(req: func.HttpRequest, client: df.DurableOrchestrationClient) -
 # --- reads ----------------------------------------------------------------------------
 
 
-@bp.route(route="sessions/{sessionId}", methods=["GET"])
+@bp.route(route="sessions/{sessionId}", methods=["GET"], auth_level=LEVEL)
 @bp.durable_client_input(client_name="client")
 async def get_session(
     req: func.HttpRequest, client: df.DurableOrchestrationClient
 ) -> func.HttpResponse:
     try:
         session_id = inputs.session_id(req.route_params.get("sessionId"))
-        body = core.view(await current_state(client, session_id))
+        body = core.view(await current_state(client, session_id, principals.caller(req)))
     except KernelError as exc:
         return failure(exc)
     base = f"{api_root(req)}/sessions/{session_id}"
@@ -187,7 +202,7 @@ async def get_session(
     return reply(body)
 
 
-@bp.route(route="sessions/{sessionId}/entries", methods=["GET"])
+@bp.route(route="sessions/{sessionId}/entries", methods=["GET"], auth_level=LEVEL)
 @bp.durable_client_input(client_name="client")
 async def get_entries(
     req: func.HttpRequest, client: df.DurableOrchestrationClient
@@ -196,7 +211,7 @@ async def get_entries(
     try:
         session_id = inputs.session_id(req.route_params.get("sessionId"))
         after, limit = inputs.entries_query(req.params)
-        state = await current_state(client, session_id)
+        state = await current_state(client, session_id, principals.caller(req))
         entries = core.entries_after(state, after, limit, session_pages.load_page)
     except KernelError as exc:
         return failure(exc)
@@ -214,13 +229,16 @@ async def get_entries(
 
 
 async def follow(
-    client: df.DurableOrchestrationClient, session_id: str, query: inputs.ChangesQuery
+    client: df.DurableOrchestrationClient,
+    session_id: str,
+    query: inputs.ChangesQuery,
+    who: principals.Caller = principals.ANYONE,
 ) -> tuple[int, list[dict[str, Any]]]:
     """(latest cursor, records after ``query.after``), waiting up to ``query.wait`` seconds
     for at least one record. Re-reads the stored state every ``POLL_SECONDS``; holds no lock."""
     deadline = time.monotonic() + query.wait
     for _ in range(int(query.wait / POLL_SECONDS) + 2):
-        state = await current_state(client, session_id)
+        state = await current_state(client, session_id, who)
         records = core.changes_after(state, query.after, query.limit, session_pages.load_page)
         left = deadline - time.monotonic()
         if records or left <= 0:
@@ -229,7 +247,7 @@ async def follow(
     return state["cursor"], records
 
 
-@bp.route(route="sessions/{sessionId}/changes", methods=["GET"])
+@bp.route(route="sessions/{sessionId}/changes", methods=["GET"], auth_level=LEVEL)
 @bp.durable_client_input(client_name="client")
 async def get_changes(
     req: func.HttpRequest, client: df.DurableOrchestrationClient
@@ -237,7 +255,7 @@ async def get_changes(
     try:
         session_id = inputs.session_id(req.route_params.get("sessionId"))
         query = inputs.changes_query(req.params)
-        latest, records = await follow(client, session_id, query)
+        latest, records = await follow(client, session_id, query, principals.caller(req))
     except KernelError as exc:
         return failure(exc)
     cursor = records[-1]["cursor"] if records else query.after
@@ -268,7 +286,9 @@ async def unheld_submission(
     return body
 
 
-@bp.route(route="sessions/{sessionId}/submissions/{submissionId}", methods=["GET"])
+@bp.route(
+    route="sessions/{sessionId}/submissions/{submissionId}", methods=["GET"], auth_level=LEVEL
+)
 @bp.durable_client_input(client_name="client")
 async def get_submission(
     req: func.HttpRequest, client: df.DurableOrchestrationClient
@@ -276,7 +296,12 @@ async def get_submission(
     try:
         session_id = inputs.session_id(req.route_params.get("sessionId"))
         submission_id = inputs.submission_id(req.route_params.get("submissionId"))
+        who = principals.caller(req)
         state = await read_state(client, session_id)
+        if not who.may_see(state):  # answered as for a session that does not exist
+            raise NotFoundError(
+                "submission_not_found", f"no submission {submission_id!r}", "submissionId"
+            )
         if state is not None and submission_id in state.get("submissions", {}):
             return reply(core.submission_view(state, submission_id))
         sealed = session_pages.sealed_submission(state, submission_id)
@@ -290,13 +315,14 @@ async def get_submission(
 # --- delete ---------------------------------------------------------------------------
 
 
-@bp.route(route="sessions/{sessionId}", methods=["DELETE"])
+@bp.route(route="sessions/{sessionId}", methods=["DELETE"], auth_level=LEVEL)
 @bp.durable_client_input(client_name="client")
 async def delete_session(
     req: func.HttpRequest, client: df.DurableOrchestrationClient
 ) -> func.HttpResponse:
     try:
         session_id = inputs.session_id(req.route_params.get("sessionId"))
+        principals.check(principals.caller(req), await read_state(client, session_id), session_id)
         purged = await purge.delete_session(client, session_id, read_state)
     except KernelError as exc:
         return failure(exc)

@@ -44,6 +44,7 @@ from kernel import ids, pages
 from kernel import session as core
 from kernel.errors import ConflictError, KernelError, NotFoundError, ValidationError
 from kernel.statuses import FINAL_SUBMISSION_STATUSES
+from kernel.submissions import check_owner
 
 bp = df.Blueprint()
 
@@ -79,6 +80,7 @@ def handle(
         if op == "delete":
             return _delete(state, request)
         if op == "accept":
+            check_owner(state, request)  # before a sealed duplicate could answer
             request = with_referenced_text(request)
         sealed = _sealed_answer(state, op, request)
         if sealed is not None:

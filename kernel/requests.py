@@ -42,6 +42,7 @@ MAX_COMMIT_DOCUMENTS = 20
 MAX_COMMIT_TASKS = 100
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 CONVERSATION_PATTERN = ids.SESSION_ID_PATTERN
+PRINCIPAL_PATTERN = r"^[\x21-\x7e]{1,128}$"
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 
@@ -80,10 +81,14 @@ class _Request(pydantic.BaseModel):
 
 
 class AcceptRequest(_Request):
+    """``owner``, when present (even null), is the caller's principal: the session must be
+    unowned or its own; a new session records it (``kernel.submissions.check_owner``)."""
+
     request_id: Annotated[str, _check(ids.validate_request_id)]
     text: Annotated[str, AfterValidator(_user_text)]
     text_ref: ContentRef | None = None
     submission_id: SubmissionId | None = None
+    owner: Annotated[str, Field(pattern=PRINCIPAL_PATTERN)] | None = None
 
     @pydantic.model_validator(mode="after")
     def _ref_matches_text(self) -> AcceptRequest:

@@ -8,11 +8,14 @@ Schema versions:
 * v2: adds ``changes``. A migrated state starts with an empty log, so a reader holding a cursor
   older than the migration gets ``CursorExpiredError`` and re-reads the view: the log cannot be
   reconstructed, and pretending it is complete would hide changes.
-* v3 (``SCHEMA_VERSION``): the state is a head; old entries, change records, document history
+* v3: the state is a head; old entries, change records, document history
   and settled submissions move into sealed pages (``kernel.pages``) listed in ``pages``.
   ``changes_from`` is the first cursor the log still holds (1 for a session born in v3; for a
   migrated one, its oldest kept record), ``counts`` keeps totals the head no longer shows.
   The migration itself moves nothing: the entity seals the excess with its next write.
+* v4 (``SCHEMA_VERSION``): adds ``owner``, the principal the first submission came from (None:
+  nobody's, open to every caller the API lets in). A migrated session has no owner: who
+  created it was never recorded, and guessing would lock its real users out.
 
 Contract:
 * ``upgrade(state)`` returns ``state`` itself when it is current, else an upgraded copy; it
@@ -37,7 +40,7 @@ from kernel.pages import empty_directory
 
 State = dict[str, Any]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MAIN_CONVERSATION = "main"
 
 
@@ -61,6 +64,7 @@ def new_state(session_id: str, now: str) -> State:
         "pages": empty_directory(),
         "document_buckets": {},
         "counts": {"sealed_submissions": 0, "documents": 0},
+        "owner": None,
     }
 
 
@@ -96,7 +100,13 @@ def _v2_to_v3(state: State) -> State:
     return state
 
 
-_MIGRATIONS: dict[int, Callable[[State], State]] = {1: _v1_to_v2, 2: _v2_to_v3}
+def _v3_to_v4(state: State) -> State:
+    state["owner"] = None
+    state["schema_version"] = 4
+    return state
+
+
+_MIGRATIONS: dict[int, Callable[[State], State]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def working_copy(state: State) -> State:

@@ -14,6 +14,10 @@ Invariants (pinned by tests/unit/kernel/test_kernel_submissions.py):
 * ``finish`` is idempotent: finishing a finished submission returns the stored outcome (the
   first finish wins) and the state object as is.
 * A finished submission's turn task is terminal too: if the turn did not close it, finishing does.
+* A session belongs to the principal of its first ``accept`` when that request names an
+  ``owner``; an ``accept`` naming another principal (or none, with ``owner: null``) is refused
+  as ``session_not_found``, exactly like a session that does not exist. A request without the
+  key is not checked: the API sends it only when principals are trusted.
 * ``cancel`` of a queued submission cancels it outright; of an active one it records the intent
   (``cancel_requested_at``) and the caller raises ``cancel:{turn_instance_id}``: the turn stops
   cooperatively and finishes itself as ``cancelled``.
@@ -37,10 +41,20 @@ MAX_QUEUED_SUBMISSIONS = 100
 Result = dict[str, Any]
 
 
+def check_owner(state: State | None, request: object) -> None:
+    """Refuse an ``accept`` whose ``owner`` is not the session's, as if it did not exist."""
+    if state is None or not isinstance(request, dict) or "owner" not in request:
+        return
+    owner = state.get("owner")
+    if owner is not None and request["owner"] != owner:
+        raise NotFoundError("session_not_found", "the session does not exist", "session_id")
+
+
 def accept(state: State, request: object, now: str) -> tuple[State, Result]:
     at = validate_timestamp(now)
     req = parse(AcceptRequest, request)
     current = upgrade(state)
+    check_owner(current, request)
     sub_id = ids.submission_id(current["session_id"], req.request_id)
     if req.submission_id is not None and req.submission_id != sub_id:
         raise ValidationError(
@@ -57,6 +71,8 @@ def accept(state: State, request: object, now: str) -> tuple[State, Result]:
     if len(current["turn_queue"]) >= MAX_QUEUED_SUBMISSIONS:
         raise ConflictError("queue_full", f"{MAX_QUEUED_SUBMISSIONS} submissions already wait")
     new = working_copy(current)
+    if req.owner is not None and current["cursor"] == 0:  # the session's first submission
+        new["owner"] = req.owner
     items = _open_submission(new, sub_id, req, at)
     cursor = record_change(new, op="accept", at=at, items=items)
     sub = new["submissions"][sub_id]

@@ -376,6 +376,7 @@ def start_tool_task(
             "nonce": job["nonce"],
             "call": call,
             "limits": job["limits"],
+            "approval_links": True,  # tool_task mails approval links (not to older tasks)
         },
         ids.tool_task_id(rnd.submission_id, rnd.number, index),
         version=child_version(context),

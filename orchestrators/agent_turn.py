@@ -70,6 +70,8 @@ MAX_SETTLE_STEPS = 10  # dead turns passed over in one go; the next poll goes on
 def accept_request(job: dict[str, Any]) -> dict[str, Any]:
     request = {"request_id": job["request_id"], "submission_id": job["submission_id"]}
     request.update({k: job[k] for k in ("text", "text_ref") if job.get(k) is not None})
+    if "owner" in job:  # only when the API trusts principals (docs/security.md)
+        request["owner"] = job["owner"]
     return request
 
 

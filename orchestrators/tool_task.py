@@ -13,6 +13,10 @@ Phases (custom status ``{"phase", "tool", ...}``; task record ``tool`` under the
    policy (entry kind ``tool_intent``), the task ``running``.
 3. approval, for tools that need one: wait for ``approval:{tool task id}``, raced with
    ``AGENT_APPROVAL_TIMEOUT_S``; anything but ``approve`` (a timeout included) rejects it.
+   A task started with ``approval_links`` first has ``issue_approval`` mail the approver one
+   link per decision and publishes only the links' token hashes (``token_hashes``) in its
+   status while it waits; tasks started before that flag existed wait without links, so
+   their histories replay unchanged.
 4. execute: ``send_notices`` is the sub-orchestration ``send_notices`` (id
    ``{tool task id}:notices``); every other tool is the ``execute_tool`` activity under the
    attempt record ``{nonce}:{submission}:{round}:{call}:1``. While another execution holds the
@@ -216,6 +220,7 @@ def await_approval(context: df.DurableOrchestrationContext, tool: ToolJob) -> Ge
     """Wait for ``approval:{tool task}`` until the deadline; the decision taken."""
     event = f"approval:{tool.task_id}"
     deadline = context.current_utc_datetime + timedelta(seconds=tool.limits.approval_timeout_s)
+    until = deadline.strftime("%Y-%m-%dT%H:%M:%SZ")
     yield context.call_entity(
         tool.entity,
         "commit",
@@ -223,18 +228,43 @@ def await_approval(context: df.DurableOrchestrationContext, tool: ToolJob) -> Ge
             tasks=[{"id": tool.task_id, "status": TaskStatus.WAITING, "phase": "approval"}]
         ),
     )
+    issued = (
+        (yield from issue_links(context, tool, until)) if tool.job.get("approval_links") else {}
+    )
     set_status(
         context,
         "approval",
         tool=tool.name,
         event=event,
-        until=deadline.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        until=until,
+        token_hashes=issued.get("hashes"),
+        notified=issued.get("notified"),
     )
     decided, raised = yield from event_or_deadline(context, event, deadline)
     if not decided:
         return {"decision": "timeout", "request_id": None}
     payload = event_payload(raised)
     return {"decision": payload.get("decision"), "request_id": payload.get("requestId")}
+
+
+def issue_links(context: df.DurableOrchestrationContext, tool: ToolJob, until: str) -> Gen:
+    """``issue_approval``'s answer; a failed activity only means no links (the admin key
+    still decides)."""
+    job = {
+        "session_id": tool.job["session_id"],
+        "tool_task_id": tool.task_id,
+        "tool": tool.name,
+        "until": until,
+    }
+    # Published before the mail goes out: a link clicked before the hashes are published
+    # is then held by the link route for a moment instead of refused.
+    set_status(context, "approval", tool=tool.name, event=f"approval:{tool.task_id}",
+               until=until, links="pending")  # fmt: skip
+    try:
+        issued = yield context.call_activity("issue_approval", job)
+    except Exception:  # noqa: BLE001 - no links is a degraded approval, not a failed tool
+        return {"notified": False}
+    return issued if isinstance(issued, dict) else {"notified": False}
 
 
 def execute(

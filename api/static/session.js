@@ -14,6 +14,15 @@
   const sessionId = match ? decodeURIComponent(match[2]) : "";
   const sessionUrl = `${apiRoot}/sessions/${encodeURIComponent(sessionId)}`;
   const $ = (id) => document.getElementById(id);
+  // The page is opened with ?code=<function key> when the app's routes need a key (a browser
+  // cannot add headers to a link); its API calls pass the key on in the header.
+  const functionKey = new URLSearchParams(location.search).get("code");
+
+  function api(url, init) {
+    const options = { cache: "no-store", ...(init || {}) };
+    if (functionKey) options.headers = { ...(options.headers || {}), "x-functions-key": functionKey };
+    return fetch(url, options);
+  }
 
   let followCursor = null; // the "after" of the next change request; null: read the view first
   let sessionCreatedAt = null; // a deleted and recreated session starts its cursors over
@@ -145,7 +154,7 @@
   }
 
   async function readView() {
-    const response = await fetch(sessionUrl, { cache: "no-store" });
+    const response = await api(sessionUrl);
     if (response.status === 404) {
       setConnection("no session yet");
       return null;
@@ -169,7 +178,7 @@
       document.body.dataset.followedFrom = view.cursor;
     }
     const url = `${sessionUrl}/changes?after=${followCursor}&wait=${WAIT_SECONDS}`;
-    const response = await fetch(url, { cache: "no-store" });
+    const response = await api(url);
     if (response.status === 410 || response.status === 404) {
       setFollowCursor(null); // start over from the view
       return response.status === 404 ? RETRY_MS : 0;
@@ -208,7 +217,7 @@
     event.preventDefault();
     const input = $("ask-text");
     const text = input.value;
-    const response = await fetch(`${sessionUrl}/submissions`, {
+    const response = await api(`${sessionUrl}/submissions`, {
       method: "POST",
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ requestId: newRequestId(), text }),

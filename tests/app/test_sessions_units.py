@@ -11,7 +11,7 @@ import azure.durable_functions as df
 import azure.functions as func
 import pytest
 
-from api import inputs, pages, purge, sessions
+from api import approval_links, inputs, operator, pages, purge, sessions
 from entities.session import handle
 from kernel import content
 from kernel import session as core
@@ -254,8 +254,8 @@ def test_the_finishing_commit_is_accepted_by_the_session() -> None:
 
 def served_routes() -> set[tuple[str, str]]:
     app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
-    app.register_functions(sessions.bp)
-    app.register_functions(pages.bp)
+    for blueprint in (sessions.bp, pages.bp, operator.bp, approval_links.bp):
+        app.register_functions(blueprint)
     routes = set()
     for function in app.get_functions():
         trigger = function.get_trigger()
@@ -298,3 +298,23 @@ def test_a_deeply_nested_body_is_a_named_400_not_a_recursion_error():
             parse(deep)
         assert caught.value.code == "invalid_json"
         assert "deeper than 64" in caught.value.message
+
+
+def test_every_route_declares_the_level_docs_security_md_gives_it() -> None:
+    import function_app
+
+    levels = {}
+    for function in function_app.app.get_functions():
+        trigger = function.get_trigger()
+        if getattr(trigger, "route", None) is not None:
+            level = trigger.auth_level
+            levels[trigger.route] = str(getattr(level, "value", level)).lower()
+    admin = {"sessions/{sessionId}/submissions/{submissionId}/operator",
+             "sessions/{sessionId}/approvals/{toolTaskId}"}  # fmt: skip
+    anonymous = {"approvals/{toolTaskId}", "static/{name}", "openapi.yaml"}
+
+    assert {route for route, level in levels.items() if level == "admin"} == admin
+    assert {route for route, level in levels.items() if level == "anonymous"} == anonymous
+    assert {level for route, level in levels.items() if route not in admin | anonymous} == {
+        "function"
+    }

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from kernel import ids, session
-from kernel.errors import ConflictError, CursorExpiredError, ValidationError
+from kernel.errors import ConflictError, CursorExpiredError, NotFoundError, ValidationError
 from kernel.state import SCHEMA_VERSION, decode_entity_state, validate_timestamp
 
 T0 = "2025-01-01T00:00:00Z"
@@ -66,9 +66,10 @@ V3_ADDITIONS = {
     "document_buckets": {},
     "counts": {"sealed_submissions": 0, "documents": 0},
 }
+V4_ADDITIONS = {"owner": None}
 
 
-def test_upgrade_v1_to_v3_adds_an_empty_change_log_without_touching_the_input() -> None:
+def test_upgrade_v1_to_v4_adds_an_empty_change_log_without_touching_the_input() -> None:
     old = v1_state()
     before = copy.deepcopy(old)
 
@@ -76,14 +77,14 @@ def test_upgrade_v1_to_v3_adds_an_empty_change_log_without_touching_the_input() 
 
     assert old == before
     # v1 -> v2 starts the log empty, so it holds nothing before the next cursor.
-    assert new == before | {"schema_version": 3, "changes": [], "changes_from": 2} | V3_ADDITIONS
+    assert new == before | {"schema_version": 4, "changes": [], "changes_from": 2} | V3_ADDITIONS | V4_ADDITIONS
 
 
-def test_upgrade_v2_to_v3_keeps_the_log_and_starts_an_empty_page_directory() -> None:
+def test_upgrade_v2_to_v4_keeps_the_log_and_starts_an_empty_page_directory() -> None:
     v2 = session.upgrade(v1_state())
     v2, _ = session.commit(v2, {"entries": [{"role": "system", "text": "x"}], "documents": [
         {"id": "d1", "type": "json", "data": 1}]}, T0)  # fmt: skip
-    for key in ("changes_from", *V3_ADDITIONS):
+    for key in ("changes_from", *V3_ADDITIONS, *V4_ADDITIONS):
         del v2[key]
     v2["schema_version"] = 2
     before = copy.deepcopy(v2)
@@ -92,7 +93,8 @@ def test_upgrade_v2_to_v3_keeps_the_log_and_starts_an_empty_page_directory() -> 
 
     assert v2 == before
     counted = {"counts": {"sealed_submissions": 0, "documents": 1}}
-    assert new == before | {"schema_version": 3, "changes_from": 2} | V3_ADDITIONS | counted
+    expected = before | {"schema_version": 4, "changes_from": 2} | V3_ADDITIONS | counted
+    assert new == expected | V4_ADDITIONS
     assert [c["cursor"] for c in session.changes_after(new, 1)] == [2]
     with pytest.raises(CursorExpiredError):
         session.changes_after(new, 0)
@@ -102,14 +104,14 @@ def test_a_migrated_v2_state_is_sealed_by_its_next_write() -> None:
     v2 = session.upgrade(v1_state())
     for i in range(12):
         v2, _ = session.commit(v2, {"entries": [{"role": "system", "text": f"e{i}"}]}, T0)
-    for key in ("changes_from", *V3_ADDITIONS):
+    for key in ("changes_from", *V3_ADDITIONS, *V4_ADDITIONS):
         del v2[key]
     v2["schema_version"] = 2
 
     new, _ = session.commit(v2, {"entries": [{"role": "system", "text": "last"}]}, T0)
     head, pages = session.seal(new, 4)
 
-    assert head["schema_version"] == 3
+    assert head["schema_version"] == SCHEMA_VERSION
     assert len(head["entries"]) < 8 and pages
     loaded = {ref: json.loads(text) for ref, text in pages.items()}
     numbers = [e["n"] for e in session.entries_after(head, 0, None, loaded.__getitem__)]
@@ -168,3 +170,55 @@ def test_decode_entity_state_reads_json_text_or_objects_and_nothing_else():
     assert decode_entity_state(_Read(False, '{"cursor": 3}')) is None
     assert decode_entity_state(_Read(True, None)) is None
     assert decode_entity_state(_Read(True, "[1]")) is None
+
+
+def test_upgrade_v3_to_v4_leaves_the_session_unowned() -> None:
+    v3 = session.new_state("s1", T0)
+    del v3["owner"]
+    v3["schema_version"] = 3
+
+    new = session.upgrade(v3)
+
+    assert "owner" not in v3
+    assert (new["schema_version"], new["owner"]) == (4, None)
+
+
+def test_the_first_accept_with_an_owner_records_it_and_refuses_other_principals() -> None:
+    state, _ = session.accept(session.new_state("s1", T0), {"request_id": "r1", "text": "hi",
+                                                           "owner": "alice"}, T0)  # fmt: skip
+
+    again, _ = session.accept(state, {"request_id": "r2", "text": "more", "owner": "alice"}, T0)
+    unchecked, _ = session.accept(state, {"request_id": "r3", "text": "no owner key"}, T0)
+    before = copy.deepcopy(state)
+    for other in ("bob", None):
+        with pytest.raises(NotFoundError, match="session_not_found"):
+            session.accept(state, {"request_id": "r1", "text": "hi", "owner": other}, T0)
+
+    assert state["owner"] == again["owner"] == unchecked["owner"] == "alice"
+    assert state == before
+
+
+def test_an_unowned_session_stays_unowned_when_an_owner_comes_later() -> None:
+    state, _ = session.accept(session.new_state("s1", T0), {"request_id": "r1", "text": "hi"}, T0)
+
+    later, result = session.accept(state, {"request_id": "r2", "text": "x", "owner": "bob"}, T0)
+
+    assert later["owner"] is None and result["duplicate"] is False
+
+
+@pytest.mark.parametrize("owner", ["", "a b", "x" * 129, 7])
+def test_a_malformed_owner_is_refused(owner: object) -> None:
+    with pytest.raises(ValidationError):
+        session.accept(session.new_state("s1", T0), {"request_id": "r1", "text": "hi",
+                                                    "owner": owner}, T0)  # fmt: skip
+
+
+def test_sealing_keeps_the_owner_in_the_head() -> None:
+    state, _ = session.accept(session.new_state("s1", T0), {"request_id": "r1", "text": "hi",
+                                                           "owner": "alice"}, T0)  # fmt: skip
+    for i in range(12):
+        state, _ = session.commit(state, {"entries": [{"role": "system", "text": f"e{i}"}]}, T0)
+
+    head, pages = session.seal(state, 4)
+
+    assert pages and head["owner"] == "alice"
