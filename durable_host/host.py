@@ -34,6 +34,7 @@ from durable_host import config as config_mod
 from durable_host import loader
 from durable_host import startup_report
 from durable_host.client import DurableClient
+from durable_host.dashboard import Dashboard
 from durable_host.engine import Engine
 from durable_host.http import auth, cors, server
 from durable_host.http.key_routes import KeyRoutes
@@ -165,6 +166,7 @@ class Host:
             local_base=lambda: self.local_base,
             gate=self.gate,
             key_routes=KeyRoutes(keys, [f.name for f in index.http]) if keys else None,
+            dashboard=Dashboard(self.client, self.config.hub_name),
         )
         if self.cors:
             app.middlewares.insert(0, cors.middleware(self.cors, self.cors_credentials))
