@@ -109,7 +109,7 @@ class DurableHost:
         """Wait for a terminal status and require it to be Completed (else AssertionError
         with the status, so a failure shows its reason)."""
         final = self.wait_for_status(instance_id, timeout=timeout)
-        assert final["runtimeStatus"] == "Completed", final
+        assert final["runtimeStatus"] == "Completed", json.dumps(final, indent=1)[:4000]
         return final
 
     def wait_for_custom_status(
