@@ -113,7 +113,7 @@ def shown(tools: DevTools, expression: str, expected: Any, what: str) -> None:
 
 @needs_chromium
 def test_the_page_lists_shows_a_timeline_and_terminates_with_confirmation(
-    host: HostProcess, browser: DevTools, tmp_path: Path
+    host: HostProcess, browser: DevTools, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     done = start(host, "hello_sequence", "page-hello")
     waiting = start(host, "approval", "page-wait")
@@ -158,4 +158,5 @@ def test_the_page_lists_shows_a_timeline_and_terminates_with_confirmation(
     assert final["runtimeStatus"] == "Terminated" and final["output"] == "from the page"
     action_shot = tmp_path / "dashboard-terminated.png"
     browser.screenshot(action_shot)
-    print(f"dashboard screenshots: {list_shot} {timeline_shot} {action_shot}")
+    with capsys.disabled():  # in the run's output even when pytest captures it
+        print(f"\ndashboard screenshots: {list_shot} {timeline_shot} {action_shot}")
