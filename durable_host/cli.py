@@ -23,20 +23,28 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from durable_host import config as config_mod
 from durable_host import keys as keys_mod
-from durable_host import logs
+from durable_host import local_settings, logs
 from durable_host.host import STARTUP_ERRORS, Host, open_store
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad usage is one line naming the problem (exit 2), not a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"durable host: {message} (see {self.prog} --help)\n")
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m durable_host")
+    parser = _Parser(prog=_prog())
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="serve a Durable Functions app")
     start.add_argument("--app-dir", default=".", type=Path)
     start.add_argument("--host", default="127.0.0.1")
-    start.add_argument("--port", default=7071, type=int)
+    start.add_argument("--port", default=None, type=int, help="default: local.settings.json Host.LocalHttpPort, else 7071")
     start.add_argument("--store", default=None, help="sqlite (default: <app>/.durable/<hub>.db), sqlite:PATH, or azure (AzureWebJobsStorage)")
     start.add_argument("--grace", default=10.0, type=float, help="seconds for running activities at shutdown")
     start.add_argument("--log-level", default="INFO")
@@ -53,6 +61,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="the address clients reach the host at, for links (default: DURABLE_HOST_PUBLIC_URL,"
         " else the bound address)",
     )
+    _core_tools_flags(start)
     keys = sub.add_parser("keys", help="show the host's keys (creating them once)")
     keys.add_argument("--app-dir", default=".", type=Path)
     keys.add_argument("--store", default=None, help="as for start")
@@ -60,11 +69,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def serve(args: argparse.Namespace) -> int:
-    host = Host(
-        args.app_dir, args.host, args.port, args.store, args.grace, args.auth, args.public_url
+def _core_tools_flags(start: argparse.ArgumentParser) -> None:
+    """The flags of ``func start`` that mean something here."""
+    start.add_argument("--cors", default=None, help="comma-separated origins allowed to call from a browser (* for any); default: local.settings.json Host.CORS")
+    start.add_argument("--cors-credentials", action="store_true", default=None, help="allow credentials in CORS answers")
+    start.add_argument("--functions", nargs="+", default=None, metavar="NAME", help="serve only these functions")
+    start.add_argument("--verbose", action="store_true", help="debug logging (as --log-level DEBUG)")
+
+
+def _host_from(args: argparse.Namespace) -> Host:
+    """The command line over local.settings.json's Host section, as Core Tools combines them."""
+    local = local_settings.read(Path(args.app_dir))
+    port = args.port if args.port is not None else (local.port if local.port is not None else 7071)
+    origins = local_settings.split_origins(args.cors) if args.cors is not None else local.cors
+    credentials = args.cors_credentials if args.cors_credentials is not None else local.cors_credentials
+    functions = [n for arg in args.functions for n in arg.split(",")] if args.functions else None
+    return Host(
+        args.app_dir, args.host, port, args.store, args.grace, args.auth, args.public_url,
+        functions=functions, cors=origins, cors_credentials=credentials,
     )
+
+
+async def serve(args: argparse.Namespace) -> int:
     try:
+        host = _host_from(args)
         await host.start()
     except STARTUP_ERRORS as exc:
         print(f"durable host: {exc}", file=sys.stderr)
@@ -125,10 +153,16 @@ def _key_lines(found: dict[str, object]) -> list[str]:
     return lines
 
 
+def _prog() -> str:
+    """``durable-host`` when run as the installed command, else ``python -m durable_host``."""
+    name = Path(sys.argv[0]).name
+    return name if name.startswith("durable-host") else "python -m durable_host"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "keys":
         logs.configure("WARNING", "text")
         return asyncio.run(show_keys(args))
-    logs.configure(args.log_level, args.log_format)
+    logs.configure("DEBUG" if args.verbose else args.log_level, args.log_format)
     return asyncio.run(serve(args))

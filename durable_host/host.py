@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from durable_host import config as config_mod
-from durable_host import loader, telemetry
+from durable_host import loader, startup_report, telemetry
 from durable_host.client import DurableClient
+from durable_host.dashboard import Dashboard
 from durable_host.engine import Engine
-from durable_host.http import auth, listener, server
+from durable_host.http import auth, cors, listener, server
 from durable_host.http.key_routes import KeyRoutes
 from durable_host.http.limits import Limits
 from durable_host.keys import KeyConfigError, Keys
@@ -52,6 +53,7 @@ STARTUP_ERRORS: tuple[type[Exception], ...] = (
     StoreError,
     StoreSpecError,
     KeyConfigError,
+    startup_report.SelectionError,
     OSError,
 )
 
@@ -118,6 +120,10 @@ class Host:
     auth: str | None = None  # "keys" | "off" | None (decided by the bound address)
     public_url: str | None = None
     fatal: str | None = None  # why the host stopped by itself (its store was lost)
+    # Core Tools' habits (cli.py): --functions, --cors / local.settings.json Host.CORS
+    functions: list[str] | None = None
+    cors: tuple[str, ...] = ()
+    cors_credentials: bool = False
 
     def lose(self, reason: str) -> None:
         """The store is lost: stop serving and stop the host (once)."""
@@ -141,7 +147,7 @@ class Host:
             raise config_mod.ConfigError(str(exc)) from exc
         auth_on, auth_reason = auth.decide(self.auth, self.host)
         limits = Limits.from_env()
-        index = loader.load_app(self.app_dir)
+        index = startup_report.select(loader.load_app(self.app_dir), self.functions)
         self._running = self._started = False
         self.store = open_store(self.store_spec, self.config, self.lose)
         await self.store.open()
@@ -162,7 +168,10 @@ class Host:
             gate=self.gate,
             key_routes=KeyRoutes(keys, [f.name for f in index.http]) if keys else None,
             limits=limits,
+            dashboard=Dashboard(self.client, self.config.hub_name),
         )
+        if self.cors:
+            app.middlewares.insert(0, cors.middleware(self.cors, self.cors_credentials))
         self._set_bases()  # a request can arrive before the bound port is known
         self._runner, self.port = await listener.serve(app, self.host, self.port, limits)
         self._set_bases()
@@ -177,6 +186,8 @@ class Host:
         self._started = True  # from here on a lost store stops the host by a signal
         self._running = self.fatal is None
         log.info("durable host serving %s on %s (hub %s)", self.app_dir, self.base_url, self.config.hub_name)
+        for line in startup_report.function_lines(index, self.base_url, self.config.route_prefix):
+            (log.warning if line.startswith("not run:") else log.info)("%s", line)
         log.log(logging.INFO if auth_on or auth.is_loopback(self.host) else logging.WARNING, "%s", auth_reason)
         if self.public_url is None and auth.is_wildcard(self.host):
             log.warning(

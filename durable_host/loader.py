@@ -46,6 +46,8 @@ class AppIndex:
     orchestrators: dict[str, FunctionInfo] = field(default_factory=dict)
     activities: dict[str, FunctionInfo] = field(default_factory=dict)
     entities: dict[str, FunctionInfo] = field(default_factory=dict)
+    # functions whose trigger this host does not run (listed at start-up, never served)
+    other: list[FunctionInfo] = field(default_factory=list)
 
     def orchestrator(self, name: str) -> FunctionInfo | None:
         return self.orchestrators.get(name.lower())
@@ -110,4 +112,6 @@ def index_functions(app: func.FunctionRegister) -> AppIndex:
             index.activities[durable_name.lower()] = info
         elif kind == "entity":
             index.entities[durable_name.lower()] = info
+        else:
+            index.other.append(info)
     return index

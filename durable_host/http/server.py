@@ -16,6 +16,7 @@ from aiohttp import web
 
 from durable_host import telemetry
 from durable_host.client import DurableClient
+from durable_host.dashboard import Dashboard
 from durable_host.http.auth import Gate, loggable
 from durable_host.http.functions import FunctionRoutes
 from durable_host.http.key_routes import KeyRoutes
@@ -89,6 +90,7 @@ def build_app(
     gate: Gate | None = None,
     key_routes: KeyRoutes | None = None,
     limits: Limits | None = None,
+    dashboard: Dashboard | None = None,
 ) -> web.Application:
     """``public_base``: the origin of every link; ``local_base``: that of ``rpcBaseUrl``."""
     gate = gate or Gate(None, enabled=False)
@@ -115,6 +117,8 @@ def build_app(
             return web.json_response(client.engine.metrics())
         if key_routes is not None and key_routes.owns(path):
             return await key_routes.handle(request)
+        if dashboard is not None and dashboard.owns(path):
+            return await dashboard.handle(request, path)
         for base in (WEBHOOK_BASE, RPC_BASE):
             if path == base or path.startswith(base + "/"):
                 return await management.handle(request, path[len(base):])

@@ -1,4 +1,7 @@
-"""The host as a process: CLI, settings, one host per store file, clean shutdown."""
+"""The host as a process: CLI, settings, one host per store file, clean shutdown.
+
+Where a test needs only a running host, it takes it from the host's own pytest plugin
+(``durable_host_factory``), as an app's tests would."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.harness import APPS, ROOT, WEBHOOK, HostProcess
+from tests.harness import APPS, ROOT, HostProcess
 
 
 def copy_app(tmp_path: Path, settings: dict | None = None) -> Path:
@@ -47,28 +50,25 @@ def test_second_host_on_the_same_store_refuses_with_a_clear_message(tmp_path):
         first.kill()
 
 
-def test_sigterm_stops_cleanly_and_work_resumes_after_restart(tmp_path):
-    host = HostProcess(APPS / "basic", f"sqlite:{tmp_path / 'h.db'}").start()
-    instance = host.start_orchestration("approval")
-    host.wait_for_status(instance, ("Running",))
+def test_sigterm_stops_cleanly_and_work_resumes_after_restart(durable_host_factory):
+    host = durable_host_factory(APPS / "basic")
+    instance = host.start_new("approval")
+    host.wait_for_status(instance, "Running")
 
     assert host.stop() == 0
-    host.start()
-    host.post(f"{WEBHOOK}/instances/{instance}/raiseEvent/approve", "yes")
+    host.restart()
+    host.raise_event(instance, "approve", "yes")
 
-    assert host.wait_for_status(instance)["output"] == {"approved": "yes"}
-    host.kill()
+    assert host.wait_for_completion(instance)["output"] == {"approved": "yes"}
 
 
-def test_local_settings_fill_the_environment_without_overriding_it(tmp_path):
+def test_local_settings_fill_the_environment_without_overriding_it(tmp_path, durable_host_factory):
     app = copy_app(tmp_path, {"AzureWebJobs.fail.Disabled": "true", "BASIC_APP_MARKS": "/not/used"})
     marks = tmp_path / "marks.txt"
-    host = HostProcess(app, f"sqlite:{tmp_path / 'h.db'}", env={"BASIC_APP_MARKS": str(marks)}).start()
-    try:
-        hello = host.wait_for_status(host.start_orchestration("hello_sequence"))
-        failing = host.wait_for_status(host.start_orchestration("catches_failure"))
-    finally:
-        host.kill()
+    host = durable_host_factory(app, env={"BASIC_APP_MARKS": str(marks)})
+
+    hello = host.wait_for_status(host.start_new("hello_sequence"))
+    failing = host.wait_for_status(host.start_new("catches_failure"))
 
     assert hello["runtimeStatus"] == "Completed"
     assert "say_hello:Tokyo" in marks.read_text()  # the environment won over local.settings.json

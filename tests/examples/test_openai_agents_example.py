@@ -1,0 +1,152 @@
+"""examples/openai_agents end to end on the host: the Durable Functions SDK's OpenAI Agents
+integration against a local OpenAI-compatible server, a crash during a model call included.
+
+Skipped unless the ``openai-agents`` package is installed (examples/openai_agents/requirements.txt).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from tests.harness import ROOT
+
+pytest.importorskip("agents", reason="needs openai-agents (examples/openai_agents/requirements.txt)")
+
+APP = ROOT / "examples" / "openai_agents"
+REQUEST = {"question": "Where should we go this weekend?", "friend": "Ann"}
+ANSWER = {
+    "place": "Pick Where should we go this weekend?",
+    "invitation": "Write Invite Ann to Pick Where should we go this weekend?",
+}
+
+
+class ModelServer:
+    """An OpenAI Responses API answering "<first word of the instructions> <last input>".
+    ``hold()``: the next request waits until released (the test kills the host meanwhile)."""
+
+    def __init__(self) -> None:
+        self.requests: list[list[dict[str, Any]]] = []
+        self.arrived = threading.Event()
+        self.release = threading.Event()
+        self.release.set()
+        self.loop = asyncio.new_event_loop()
+        self.base_url = ""
+
+    def start(self) -> ModelServer:
+        ready = threading.Event()
+        threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
+        assert ready.wait(10)
+        return self
+
+    def hold(self) -> None:
+        self.arrived.clear()
+        self.release.clear()
+
+    def _serve(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        app = web.Application()
+        app.router.add_post("/v1/responses", self._responses)
+        self.runner = web.AppRunner(app)
+        self.loop.run_until_complete(self.runner.setup())
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        ready.set()
+        self.loop.run_forever()
+
+    def stop(self) -> None:
+        self.release.set()
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+    async def _responses(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        items = body["input"] if isinstance(body["input"], list) else [
+            {"role": "user", "content": body["input"]}
+        ]
+        self.requests.append(body)
+        self.arrived.set()
+        await asyncio.to_thread(self.release.wait, 60)
+        n = len(self.requests)
+        who = str(body.get("instructions") or "").split(" ")[0]
+        text = f"{who} {items[-1]['content']}"
+        output = {
+            "type": "message", "id": f"msg_{n}", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }
+        return web.json_response({
+            "id": f"resp_{n}", "object": "response", "created_at": 0, "status": "completed",
+            "model": body.get("model") or "test-model", "output": [output],
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+            "usage": {
+                "input_tokens": 10, "output_tokens": 5, "total_tokens": 15,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0},
+            },
+        })
+
+
+@pytest.fixture
+def model() -> Iterator[ModelServer]:
+    server = ModelServer().start()
+    yield server
+    server.stop()
+
+
+def settings(model: ModelServer) -> dict[str, str]:
+    return {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test-key",
+            "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+
+
+def test_two_agents_answer_through_model_call_activities(
+    durable_host_factory, model: ModelServer
+) -> None:
+    host = durable_host_factory(APP, env=settings(model))
+
+    run = host.start_new("trip_invitation", REQUEST)
+    final = host.wait_for_completion(run, timeout=60)
+
+    assert json.loads(final["output"]) == ANSWER  # the integration returns JSON text
+    history = host.status(run, history=True)["historyEvents"]
+    done = [e["FunctionName"] for e in history if e["EventType"] == "TaskCompleted"]
+    assert done == ["run_model", "run_model"]
+    assert len(model.requests) == 2
+
+
+def test_a_crash_during_a_model_call_gives_the_same_answer(
+    durable_host_factory, model: ModelServer
+) -> None:
+    host = durable_host_factory(APP, env=settings(model))
+    run = host.start_new("trip_invitation", REQUEST)
+    # The planner's call is answered; hold the writer's.
+    wait_for_requests(model, 1)
+    model.hold()
+    wait_for_requests(model, 2)
+
+    host.kill()  # SIGKILL while the model server holds the writer's request
+    model.release.set()
+    host.restart()
+    final = host.wait_for_completion(run, timeout=60)
+
+    assert json.loads(final["output"]) == ANSWER  # the integration returns JSON text
+    history = host.status(run, history=True)["historyEvents"]
+    done = [e["FunctionName"] for e in history if e["EventType"] == "TaskCompleted"]
+    assert done == ["run_model", "run_model"]
+    # The planner's answer was durable: only the interrupted call was made again.
+    assert [r["instructions"].split(" ")[0] for r in model.requests] == ["Pick", "Write", "Write"]
+
+
+def wait_for_requests(model: ModelServer, count: int) -> None:
+    deadline = time.monotonic() + 60
+    while len(model.requests) < count:
+        assert time.monotonic() < deadline, f"the model server never got request {count}"
+        time.sleep(0.05)
