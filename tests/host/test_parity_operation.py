@@ -25,7 +25,7 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def settle(host: HostProcess, instance_id: str, max_starts: int = 8, timeout: float = 60.0) -> dict:
+def settle(host: HostProcess, instance_id: str, max_starts: int = 8, timeout: float = 100.0) -> dict:
     """Start the host again whenever it dies, until ``instance_id`` has finished."""
     deadline = time.monotonic() + timeout
     for _ in range(max_starts):
@@ -34,13 +34,15 @@ def settle(host: HostProcess, instance_id: str, max_starts: int = 8, timeout: fl
                 host.start()
             except RuntimeError:
                 continue  # it died while starting: the poison was picked up at once
-        while time.monotonic() < deadline and host.process.poll() is None:
+        while host.process.poll() is None:
             try:
                 status = host.status(instance_id)
             except (urllib.error.URLError, ConnectionError):
                 break
             if status and status["runtimeStatus"] in DONE:
                 return status
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{instance_id} did not finish within {timeout} s")
             time.sleep(0.05)
     raise AssertionError(f"{instance_id} did not finish within {max_starts} starts")
 
