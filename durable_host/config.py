@@ -6,6 +6,7 @@ Read from host.json: ``extensions.http.routePrefix`` (default ``api``),
 ``maxConcurrentActivityFunctions`` / ``maxConcurrentOrchestratorFunctions`` /
 ``maxConcurrentEntityFunctions`` (default 10 each), ``defaultVersion``,
 ``overridableExistingInstanceStates`` (``NonRunningStates`` default, or ``AnyState``),
+``extendedSessionsEnabled`` (incremental replay, ``sessions.py``; default false),
 and the top-level ``functionTimeout`` (``hh:mm:ss``) applied to activities.
 """
 
@@ -47,6 +48,7 @@ class HostConfig:
     default_version: str | None = None
     function_timeout: float | None = None
     overridable_states: tuple[str, ...] = NON_RUNNING
+    extended_sessions: bool = False
 
 
 def parse_timespan(text: str) -> float:
@@ -77,6 +79,7 @@ def parse_host_json(app_dir: Path, data: dict[str, Any]) -> HostConfig:
         default_version=durable.get("defaultVersion"),
         function_timeout=parse_timespan(timeout) if timeout else None,
         overridable_states=ANY_STATE if str(states).lower() == "anystate" else NON_RUNNING,
+        extended_sessions=str(durable.get("extendedSessionsEnabled", False)).lower() == "true",
     )
 
 
