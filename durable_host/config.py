@@ -9,6 +9,7 @@ Read from host.json: ``extensions.http.routePrefix`` (default ``api``),
 ``versionMatchStrategy`` / ``versionFailureStrategy`` (``versioning.py``; these and
 ``defaultVersion`` may be overridden by ``AzureFunctionsJobHost__extensions__durableTask__*``
 app settings, as the Functions host allows),
+``extendedSessionsEnabled`` (incremental replay, ``sessions.py``; default false),
 and the top-level ``functionTimeout`` (``hh:mm:ss``) applied to activities.
 
 App-setting references: a string value of ``extensions.durableTask`` written ``%Name%``
@@ -68,6 +69,7 @@ class HostConfig:
     overridable_states: tuple[str, ...] = NON_RUNNING
     # defaultVersion and the version match/failure strategies (versioning.py)
     versioning: VersionPolicy = field(default_factory=VersionPolicy)
+    extended_sessions: bool = False
 
 
 def parse_timespan(text: str) -> float:
@@ -129,6 +131,7 @@ def parse_host_json(
         function_timeout=parse_timespan(timeout) if timeout else None,
         overridable_states=ANY_STATE if str(states).lower() == "anystate" else NON_RUNNING,
         versioning=versioning,
+        extended_sessions=str(durable.get("extendedSessionsEnabled", False)).lower() == "true",
     )
 
 

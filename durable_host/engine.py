@@ -65,6 +65,7 @@ from durable_host import (
     logs,
     orchestration,
     replay,
+    sdk_codec,
     sessions,
     telemetry,
     versioning,
@@ -91,6 +92,20 @@ def _env_flag(name: str, default: bool) -> bool:
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name, "").strip()
     return int(value) if value.isdigit() else default
+
+
+def _run_episode(
+    handle: Any,
+    view: orchestration.InstanceView,
+    *args: Any,
+    history_text: replay.HistoryText | None = None,
+    **kwargs: Any,
+) -> orchestration.Episode:
+    """``orchestration.run_episode`` in a worker thread, first bringing ``history_text`` up
+    to the whole stored history (a cache miss encodes it once here, off the event loop)."""
+    if history_text is not None and history_text.covers < len(view.history):
+        history_text.extend(view.history[history_text.covers:])
+    return orchestration.run_episode(handle, view, *args, history_text=history_text, **kwargs)
 
 
 def utc_now() -> str:
@@ -130,7 +145,12 @@ class Engine:
         )
         # Off by default: a session skips the replay, and with it the check that catches
         # orchestrator code that is not deterministic (sessions.py).
-        self.sessions = self.fast_replay and _env_flag("DURABLE_HOST_SESSIONS", False)
+        # host.json's extendedSessionsEnabled turns them on; DURABLE_HOST_SESSIONS overrides.
+        self.sessions = self.fast_replay and _env_flag(
+            "DURABLE_HOST_SESSIONS", config.extended_sessions
+        )
+        # DURABLE_HOST_SESSION_VERIFY=N: every Nth episode of a session is a full replay.
+        self.session_verify = _env_int("DURABLE_HOST_SESSION_VERIFY", 0)
         self._failures: dict[str, int] = {}  # instances whose processing failed, in a row
         # Instances whose last attempt a store error ended: its count, for the next attempt.
         self._uncounted: dict[str, int] = {}
@@ -162,6 +182,7 @@ class Engine:
     async def start(self) -> None:
         if self.fast_replay != replay.install(self.fast_replay):
             log.warning("fast timestamp parsing is off: dateutil disagrees on this machine")
+        sdk_codec.install(self.fast_replay)
         now = self.now()
         for instance_id in await self.store.ready_instances(now):
             self.rediscover(instance_id)
@@ -334,7 +355,7 @@ class Engine:
         """``read``: seconds the instance record took to read (part of the ``load`` timing)."""
         loading = time.perf_counter() - read
         try:
-            history, session = await self._history(instance_id, record)
+            history, session, text = await self._history(instance_id, record)
         except CorruptHistoryError as exc:
             await self._quarantine_unreadable(instance_id, record, messages, str(exc), now)
             return
@@ -353,8 +374,8 @@ class Engine:
         continued = session.continued if session is not None else 0
         started = time.perf_counter()
         episode = await asyncio.to_thread(
-            orchestration.run_episode, handle, view, messages, now, uuid.uuid4().hex,
-            compact=self.fast_replay, poison=poison, session=session,
+            _run_episode, handle, view, messages, now, uuid.uuid4().hex,
+            compact=self.fast_replay, poison=poison, session=session, history_text=text,
             default_version=self.config.versioning.default_version,
         )
         replayed = time.perf_counter()
@@ -369,7 +390,7 @@ class Engine:
             raise
         faults.hit("episode.after_commit")
         done = time.perf_counter()
-        self._remember(instance_id, record, history, episode, now, session)
+        self._remember(instance_id, record, history, episode, now, session, text)
         self.timings["replay"].append(replayed - started)
         self.timings["commit"].append(done - replayed)
         self.timings["episode"].append(done - started)
@@ -388,18 +409,27 @@ class Engine:
 
     async def _history(
         self, instance_id: str, record: InstanceRecord | None
-    ) -> tuple[list[dict[str, Any]], sessions.Session | None]:
-        """The stored history (from the cache when it is current) and the SDK session to use."""
+    ) -> tuple[list[dict[str, Any]], sessions.Session | None, replay.HistoryText | None]:
+        """The stored history (from the cache when it is current), the SDK session to use
+        and the history's SDK text (a new one, filled by the episode, on a cache miss)."""
         if self.cache is not None and record is not None:
             cached = self.cache.get(instance_id, (record.execution_id, record.updated_at))
             if cached is not None:
-                return cached, self._session(self.cache.session(instance_id))
-        return await self.store.get_history(instance_id), self._session(None)
+                return cached, self._session(self.cache.session(instance_id)), self._text(
+                    self.cache.text(instance_id)
+                )
+        text = self._text(None) if self.cache is not None else None
+        return await self.store.get_history(instance_id), self._session(None), text
 
     def _session(self, kept: sessions.Session | None) -> sessions.Session | None:
         if not self.sessions:
             return None
-        return kept if kept is not None else sessions.Session()
+        return kept if kept is not None else sessions.Session(self.session_verify)
+
+    def _text(self, kept: replay.HistoryText | None) -> replay.HistoryText | None:
+        if self.sessions:
+            return None  # a session hands the SDK events, not text
+        return kept if kept is not None else replay.HistoryText()
 
     def _forget(self, instance_id: str) -> None:
         if self.cache is not None:
@@ -413,8 +443,10 @@ class Engine:
         episode: orchestration.Episode,
         now: str,
         session: sessions.Session | None,
+        text: replay.HistoryText | None = None,
     ) -> None:
-        """Keep the history (and SDK session) of an instance woken soon; forget a waiting one."""
+        """Keep the history (SDK session, history text) of an instance woken soon; forget a
+        waiting one."""
         if self.cache is None:
             return
         status = episode.status or (record.status if record else None)
@@ -426,10 +458,14 @@ class Engine:
             return
         fresh = episode.replace_history or episode.rewrite_history
         events = episode.events if fresh else [*history, *episode.events]
+        if fresh or text is None or text.covers != len(history):
+            text = None  # rebuilt by the next episode that needs it
+        else:
+            text.extend(episode.events)
         execution_id = episode.execution_id if episode.replace_history else (
             record.execution_id if record else None
         )
-        self.cache.put(instance_id, (execution_id, now), events, session)
+        self.cache.put(instance_id, (execution_id, now), events, session, text)
 
     async def _quarantine_unreadable(
         self,
@@ -487,6 +523,7 @@ class Engine:
         size = _env_int("DURABLE_HOST_HISTORY_CACHE", 20_000)
         self.cache = replay.HistoryCache(size) if on else None
         replay.install(on)
+        sdk_codec.install(on)
 
     async def _entity_batch(
         self,

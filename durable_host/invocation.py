@@ -5,9 +5,10 @@ Parameters are bound by binding name: the trigger's value, a durable client bind
 ``DurableOrchestrationClient``), and a parameter literally named ``context`` that is not
 a binding receives a ``func.Context``. Async functions are awaited on the event loop;
 sync functions run in a worker thread so they never block it. ``call(..., daemon=True)``
-runs a sync function on a daemon thread of its own instead of the shared pool: nothing
-can stop a Python thread, so a function that outlives its timeout or the host's stop is
-left to run, its result is discarded, and the process can still exit.
+runs a sync function on a daemon thread instead of the shared pool: nothing can stop a
+Python thread, so a function that outlives its timeout or the host's stop is left to run,
+its result is discarded, and the process can still exit. Those daemon threads are reused
+(``_DaemonThreads``): starting an OS thread per activity cost more than a no-op activity.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import asyncio
 import contextlib
 import contextvars
 import inspect
+import queue
 import threading
 import uuid
 from collections.abc import Callable
@@ -114,5 +116,47 @@ async def _on_daemon_thread(fn: Callable[[], Any]) -> Any:
         with contextlib.suppress(RuntimeError):  # the loop closed: the host stopped meanwhile
             loop.call_soon_threadsafe(settle, *outcome)
 
-    threading.Thread(target=run, name="activity", daemon=True).start()
+    _daemon_threads.submit(run)
     return await future
+
+
+class _DaemonThreads:
+    """Daemon threads that wait up to ``idle`` seconds for another call after one ends.
+
+    A call that never returns keeps its thread, and only that one: the next call takes an
+    idle thread or starts a new one, so an abandoned activity never delays another.
+    ``_idle`` counts idle threads minus calls queued for them, under ``_lock``.
+    """
+
+    def __init__(self, idle: float = 30.0):
+        self.idle = idle
+        self._lock = threading.Lock()
+        self._calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = 0
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            if self._idle > 0:
+                self._idle -= 1
+                self._calls.put(fn)
+                return
+        threading.Thread(target=self._serve, args=(fn,), name="activity", daemon=True).start()
+
+    def _serve(self, fn: Callable[[], None]) -> None:
+        while True:
+            fn()
+            with self._lock:
+                self._idle += 1
+            try:
+                fn = self._calls.get(timeout=self.idle)
+            except queue.Empty:
+                with self._lock:
+                    try:
+                        # A call queued for this thread while it timed out: serve it.
+                        fn = self._calls.get_nowait()
+                    except queue.Empty:
+                        self._idle -= 1
+                        return
+
+
+_daemon_threads = _DaemonThreads()

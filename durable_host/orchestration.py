@@ -77,6 +77,7 @@ def run_episode(
     poison: str | None = None,
     session: Session | None = None,
     default_version: str | None = None,
+    history_text: replay.HistoryText | None = None,
 ) -> Episode:
     """Decide one episode. ``handle`` None means the orchestrator is not defined.
 
@@ -88,7 +89,9 @@ def run_episode(
     ``compact`` hands the SDK only the events it reads (``replay.sdk_history``: the same
     decisions for less work); ``session`` continues the SDK's live orchestration from the
     last episode instead of replaying it (``sessions.py``; it falls back to a replay by
-    itself). ``poison`` quarantines the instance: its messages are taken as usual, then it
+    itself). ``history_text``, with ``compact``, is the SDK's JSON of ``view.history`` when
+    it covers all of it (``replay.HistoryText``): only the new events are encoded.
+    ``poison`` quarantines the instance: its messages are taken as usual, then it
     fails with that reason and its code does not run.
     """
     episode = Episode()
@@ -112,7 +115,8 @@ def run_episode(
         )
         result = episode
     else:
-        result = _invoke(handle, episode, state, now, compact, session, default_version)
+        text = history_text if compact and state.history_is_view() else None
+        result = _invoke(handle, episode, state, now, compact, session, default_version, text)
     if session is not None and result.status not in (None, RuntimeStatus.RUNNING):
         session.reset()  # finished, failed or continued as new: nothing to continue
     if state.rewritten:
@@ -171,6 +175,14 @@ class _MessageState:
         self.rewind: dict[str, Any] | None = None
         self.rewritten = False
         self._seen: _Seen | None = None
+
+    def history_is_view(self) -> bool:
+        """True while ``history`` is still the stored one (no restart, no rewind)."""
+        return (
+            not self.rewritten
+            and self.execution_id == self.view.execution_id
+            and len(self.history) == len(self.view.history)
+        )
 
     def accept(self, message_id: int, message: dict[str, Any]) -> None:
         """Apply one message: consume it, drop it (also consumed) or hold it in the inbox."""
@@ -340,6 +352,7 @@ def _invoke(
     compact: bool,
     session: Session | None,
     default_version: str | None = None,
+    history_text: replay.HistoryText | None = None,
 ) -> Episode:
     _copy_start(episode, state)
     events = [*state.history, h.orchestrator_started(now), *state.new_events]
@@ -349,7 +362,10 @@ def _invoke(
     prefix = [h.orchestrator_started(now), *state.new_events]
     if handle is None:
         return _finish_failed(episode, prefix, started, missing_orchestrator_message(name), now)
-    decided = _decide(handle, state.view.instance_id, events, started, compact, session)
+    text = None
+    if history_text is not None and history_text.covers == len(state.history):
+        text = history_text.text(events[len(state.history):])
+    decided = _decide(handle, state.view.instance_id, events, started, compact, session, text)
     if decided.raw_failure is not None:
         return _finish_failed(episode, prefix, started, decided.raw_failure, now)
     view = InstanceView(
@@ -385,14 +401,25 @@ def _decide(
     started: Event,
     compact: bool,
     session: Session | None = None,
+    history_text: str | None = None,
 ) -> wire.OrchestratorState:
-    """Run the SDK over ``events`` (or continue its ``session``): its decisions, or its failure."""
+    """Run the SDK over ``events`` (or continue its ``session``): its decisions, or its failure.
+    ``history_text``: the JSON of the compact ``events``' items, when already at hand."""
     parent = started.get("ParentInstance") or {}
+    parent_id = (parent.get("OrchestrationInstance") or {}).get("InstanceId")
+    if session is None and history_text is not None:
+        raw = wire.encode_orchestration_request_text(
+            instance_id, history_text, started.get("Input"), parent_id
+        )
+        try:
+            return wire.decode_orchestrator_state(handle(raw))
+        except Exception as exc:  # noqa: BLE001 - user-code failure is data
+            return wire.decode_orchestrator_exception(str(exc))
     request = wire.orchestration_request(
         instance_id,
         replay.sdk_history(events) if compact else events,
         started.get("Input"),
-        (parent.get("OrchestrationInstance") or {}).get("InstanceId"),
+        parent_id,
     )
     execution_id = (started.get("OrchestrationInstance") or {}).get("ExecutionId") or ""
     try:

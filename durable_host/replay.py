@@ -20,6 +20,12 @@ timestamp with ``dateutil`` (~35 us each). Three equivalences make a step cheap:
   ``YYYY-MM-DDTHH:MM:SS.ffffffZ``; for exactly that form ``fast_timestamp`` builds the same
   value dateutil builds (same instant, same kind of ``tzinfo``, checked against dateutil at
   install time), and anything else still goes to dateutil.
+* **No re-encoding of a hot history** (``HistoryText``): the SDK takes its history as JSON
+  text, and a history only grows by appending, so the text of the events the SDK reads is
+  kept with the cached history and each episode encodes only the events it adds. The text
+  is ``json.dumps`` of ``sdk_history(events)`` byte for byte (each event encoded alone and
+  joined with ``", "``, as ``json.dumps`` joins a list), because ``sdk_history`` keeps or
+  drops every event on its own.
 * **No re-read of a hot history** (``HistoryCache``): the engine keeps the stored history of
   instances that will be woken again soon (an activity or message is on its way), keyed by
   what the fresh status row says (execution id and last update), so a stale entry is never
@@ -74,6 +80,35 @@ def _is_entity_call(event: Event) -> bool:
     except ValueError:
         return True  # not ours to judge: hand it over as it is
     return not (isinstance(request, dict) and request.get("signal"))
+
+
+class HistoryText:
+    """The JSON text of ``sdk_history`` of the first ``covers`` events of a history, grown by
+    appending. One instance's episodes extend it one at a time (not thread-safe)."""
+
+    __slots__ = ("covers", "_parts", "_text")
+
+    def __init__(self) -> None:
+        self.covers = 0
+        self._parts: list[str] = []
+        self._text: str | None = ""
+
+    def extend(self, events: Iterable[Event]) -> None:
+        for event in events:
+            self.covers += 1
+            if event["EventType"] in _READ_BY_SDK or _is_entity_call(event):
+                self._parts.append(json.dumps(event))
+                self._text = None
+
+    def text(self, more: Iterable[Event] = ()) -> str:
+        """The list's text (without brackets), with ``more`` events appended to it only."""
+        if self._text is None:
+            # Joined once per episode that changed it, not re-encoded.
+            self._text = ", ".join(self._parts)
+        extra = [json.dumps(e) for e in sdk_history(more)]
+        if not extra:
+            return self._text
+        return ", ".join([self._text, *extra]) if self._text else ", ".join(extra)
 
 
 # --- timestamps ------------------------------------------------------------------------
@@ -132,6 +167,7 @@ class _Entry:
     key: tuple[str | None, str]
     events: list[Event]
     session: Any = None  # the instance's live SDK session (sessions.Session), if any
+    text: HistoryText | None = None  # the SDK's JSON of ``events``, when kept
 
 
 class HistoryCache:
@@ -172,17 +208,23 @@ class HistoryCache:
         entry = self._entries.get(instance_id)
         return entry.session if entry is not None else None
 
+    def text(self, instance_id: str) -> HistoryText | None:
+        """The history text stored with the instance's entry (ask right after a ``get`` hit)."""
+        entry = self._entries.get(instance_id)
+        return entry.text if entry is not None else None
+
     def put(
         self,
         instance_id: str,
         key: tuple[str | None, str],
         events: list[Event],
         session: Any = None,
+        text: HistoryText | None = None,
     ) -> None:
         self.evict(instance_id)
         if len(events) > self.max_events // 4:
             return  # one huge history must not flush every other instance
-        self._entries[instance_id] = _Entry(key, events, session)
+        self._entries[instance_id] = _Entry(key, events, session, text)
         self._size += len(events)
         while self._size > self.max_events and self._entries:
             _, old = self._entries.popitem(last=False)

@@ -20,6 +20,19 @@ keeps sessions only for hot instances, beside their cached history, and drops th
 moment an instance waits, finishes, or a commit fails. Equivalence is pinned by
 tests/unit/durable_host/test_replay_equivalence.py.
 
+Only orchestrator functions that are generator functions themselves are continued. A plain
+function that *returns* a generator built by other code - an adapter such as the SDK's
+OpenAI Agents integration (``durable_openai_agent_orchestrator``), whose generator ends
+after yielding the task it is waiting for because it expects to be called again from the
+start, with the result then found in the history - may rely on being re-run every
+episode, so such an orchestrator is replayed in full every episode (``replays_only``).
+
+``verify_every`` (``DURABLE_HOST_SESSION_VERIFY``) replays in full every Nth episode
+instead of continuing, so the history check below still runs at that rate, and the session
+goes on from the replay's objects. Code changed on disk does not reach a live session: the
+host imports the app once, so a new deployment is a new process, whose instances all start
+with a full replay (where the check runs).
+
 The price: without the replay, the host cannot see orchestrator code that decides
 differently when it runs again (the non-determinism check in ``shim.py`` compares a replay
 with the history). That check is what makes an app that works here work on Azure, so
@@ -29,6 +42,7 @@ woke from waiting or the host restarted.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 from typing import Any
@@ -46,12 +60,15 @@ class Session:
     """One instance's live SDK orchestration (see module doc). Not thread-safe: one episode
     at a time uses it, as the engine runs one episode at a time per instance."""
 
-    def __init__(self) -> None:
+    def __init__(self, verify_every: int = 0) -> None:
+        self.verify_every = verify_every  # replay in full every Nth episode (0: never)
+        self._since_replay = 0
         self._key: str | None = None
         self._processed: list[Event] = []
         self._orchestrator: Orchestrator | None = None
         self._context: DurableOrchestrationContext | None = None
         self.continued = 0  # episodes served without a replay (for metrics and tests)
+        self.replays_only = False  # the orchestrator may rely on re-running (module doc)
 
     def reset(self) -> None:
         self._key, self._processed = None, []
@@ -64,9 +81,11 @@ class Session:
         done = len(self._processed)
         fits = (
             self._orchestrator is not None
+            and not self.replays_only
             and self._key == key
             and len(history) > done
             and history[:done] == self._processed
+            and not (self.verify_every and self._since_replay + 1 >= self.verify_every)
         )
         try:
             answer = self._continue(history[done:]) if fits else self._replay(handle, request)
@@ -75,6 +94,7 @@ class Session:
             raise
         self._key, self._processed = key, history
         self.continued += fits
+        self._since_replay = self._since_replay + 1 if fits else 0
         if json.loads(answer).get("isDone"):
             self.reset()  # finished: nothing will continue it
         return answer
@@ -84,6 +104,7 @@ class Session:
         fn = getattr(handle, "orchestrator_function", None)
         if fn is None:
             return handle(json.dumps(request))  # not an SDK handle: no session possible
+        self.replays_only = not inspect.isgeneratorfunction(fn)
         # What Orchestrator.create(fn)'s handle does, keeping the objects it builds.
         context = DurableOrchestrationContext.from_json(json.dumps(request))
         context._input_expected_type = getattr(handle, "_df_input_type", None)  # noqa: SLF001

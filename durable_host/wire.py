@@ -66,6 +66,21 @@ def encode_orchestration_request(
     return json.dumps(orchestration_request(instance_id, history, input_json, parent_instance_id))
 
 
+_EMPTY_HISTORY = len('{"history": [], ')
+
+
+def encode_orchestration_request_text(
+    instance_id: str,
+    history_text: str,
+    input_json: str | None,
+    parent_instance_id: str | None,
+) -> str:
+    """``encode_orchestration_request`` with the history given as the JSON text of its
+    items: the same bytes, since ``history`` is the first key."""
+    rest = json.dumps(orchestration_request(instance_id, [], input_json, parent_instance_id))
+    return '{"history": [' + history_text + "], " + rest[_EMPTY_HISTORY:]
+
+
 def orchestration_request(
     instance_id: str,
     history: list[dict[str, Any]],

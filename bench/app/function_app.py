@@ -50,3 +50,10 @@ def counter(context: df.DurableEntityContext):
     value = context.get_state(lambda: 0) + (context.get_input() or 0)
     context.set_state(value)
     context.set_result(value)
+
+
+@app.orchestration_trigger(context_name="context")
+def waiter(context: df.DurableOrchestrationContext):
+    """Waits for the external event ``go`` and returns its payload."""
+    payload = yield context.wait_for_external_event("go")
+    return payload

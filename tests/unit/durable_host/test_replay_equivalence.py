@@ -20,6 +20,7 @@ from typing import Any
 
 import azure.durable_functions as df
 import pytest
+from azure.durable_functions.models.history.HistoryEventType import HistoryEventType
 from dateutil.parser import parse as dateutil_parse
 
 from durable_host import history as h
@@ -42,6 +43,30 @@ def chain(context):
         results.append((yield context.call_activity("say", city)))
         observe(context, city)
     return results
+
+
+def rerun_adapter(context):
+    """A plain function returning a generator that expects to be re-run every episode, as
+    the SDK's OpenAI Agents adapter does: it yields what history already answered, then the
+    one new task, and ends; the next episode's run from the start finds its result."""
+
+    def steps():
+        done = sum(1 for e in context.histories if e.event_type == HistoryEventType.TASK_COMPLETED)
+        for i in range(done):
+            yield context.call_activity("say", i)
+        if done < 2:
+            yield context.call_activity("say", done)
+            return None
+        return f"finished after {done}"
+
+    return steps()
+
+
+def run_rerun_adapter(d: Driver) -> None:
+    d.start()
+    for task_id in range(2):
+        tick(d)
+        d.complete(task_id, task_id)
 
 
 def fan_out(context):
@@ -229,6 +254,7 @@ def run_progress(d: Driver) -> None:
 SCENARIOS: dict[str, tuple[Callable[..., Any], Callable[[Driver], None]]] = {
     "chain": (chain, run_chain),
     "fan_out": (fan_out, run_fan_out),
+    "rerun_adapter": (rerun_adapter, run_rerun_adapter),
     "retry": (retrying, run_retrying),
     "timer_and_event": (racing, run_racing),
     "sub_orchestration": (with_child, run_child),
@@ -260,11 +286,20 @@ class RecordingSession(Session):
 def fast_replay(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
     """Switch fast replay (and a session) on or off for ``run_episode`` and the SDK's parser."""
 
-    def switch(on: bool, session: Session | None = None) -> None:
+    def switch(on: bool, session: Session | None = None, text: bool = False) -> None:
         original = o.run_episode.__wrapped__ if hasattr(o.run_episode, "__wrapped__") else o.run_episode
+        kept: list[replay.HistoryText] = []
 
         def run(*args: Any, **kwargs: Any) -> o.Episode:
-            return original(*args, **{**kwargs, "compact": on, "session": session})
+            extra: dict[str, Any] = {}
+            if text:
+                # As the engine keeps it: grown by appending while the history only grows.
+                history = args[1].history
+                if not kept or kept[0].covers > len(history):
+                    kept[:] = [replay.HistoryText()]
+                kept[0].extend(history[kept[0].covers:])
+                extra["history_text"] = kept[0]
+            return original(*args, **{**kwargs, "compact": on, "session": session, **extra})
 
         run.__wrapped__ = original  # type: ignore[attr-defined]
         monkeypatch.setattr(o, "run_episode", run)
@@ -303,7 +338,7 @@ def play(name: str, mode: str, switch: Callable[..., None]) -> dict[str, Any]:
         handle: Callable[[str], str] = df.Orchestrator.create(fn)
     else:
         session = None
-        switch(mode == "fast")
+        switch(mode in ("fast", "text"), text=mode == "text")
         handle, calls = recorded(fn)
     d = Driver(handle, name=name)
     episodes: list[o.Episode] = []
@@ -318,6 +353,7 @@ def play(name: str, mode: str, switch: Callable[..., None]) -> dict[str, Any]:
     script(d)
     return {
         "answers": [answer for _, answer in calls],
+        "raw": [request for request, _ in calls],
         "requests": [json.loads(request)["history"] for request, _ in calls],
         "seen": list(SEEN),
         "episodes": [(e.events, e.outbox, e.status, e.output_json, e.custom_status_json) for e in episodes],
@@ -344,6 +380,81 @@ def test_fast_replay_and_sessions_compute_what_the_plain_replay_computes(name, f
     first_time = [seen for seen in plain["seen"] if not seen[1]]
     assert [seen for seen in live["seen"] if not seen[1]] == first_time
     assert len(live["seen"]) <= len(plain["seen"])  # a session replays only to start over
+
+
+@pytest.mark.filterwarnings("ignore:Potential duplicate Task completion")
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_the_kept_history_text_hands_the_sdk_the_same_bytes(name, fast_replay):
+    fast = play(name, "fast", fast_replay)
+    text = play(name, "text", fast_replay)
+
+    assert text["raw"] == fast["raw"]
+    assert text["episodes"] == fast["episodes"] and text["seen"] == fast["seen"]
+
+
+def test_history_text_is_the_json_of_the_events_the_sdk_reads():
+    events = [
+        h.orchestrator_started("2024-01-01T00:00:00.000000Z"),
+        h.event_sent(0, "t", "@c@k", "add", json.dumps({"op": "add", "id": "a", "signal": True})),
+        h.event_sent(1, "t", "@c@k", "get", json.dumps({"op": "get", "id": "b", "parent": "i"})),
+        h.generic_event("2024-01-01T00:00:00.000000Z", "x"),
+    ]
+    kept = replay.HistoryText()
+    assert kept.text() == ""
+    for count, event in enumerate(events, 1):
+        kept.extend([event])
+        assert kept.covers == count
+        assert f"[{kept.text()}]" == json.dumps(replay.sdk_history(events[:count]))
+    assert f"[{kept.text(events[:2])}]" == json.dumps(replay.sdk_history(events + events[:2]))
+    request = o.wire.encode_orchestration_request_text("i", kept.text(), '{"a": 1}', "p")
+    assert request == o.wire.encode_orchestration_request("i", replay.sdk_history(events), '{"a": 1}', "p")
+
+
+def test_an_orchestrator_that_relies_on_re_running_is_replayed_in_full(fast_replay):
+    plain = play("rerun_adapter", "plain", fast_replay)
+    live = play("rerun_adapter", "session", fast_replay)
+
+    assert plain["status"] == "Completed" and plain["output"] == "finished after 2"
+    assert live["output"] == plain["output"] and live["continued"] == 0
+
+
+def test_a_verifying_session_replays_every_nth_episode_with_the_same_results(fast_replay):
+    plain = play("chain", "plain", fast_replay)
+    calls: list[tuple[str, str]] = []
+    session = RecordingSession(calls)
+    session.verify_every = 2
+    fast_replay(True, session)
+    d = Driver(df.Orchestrator.create(chain), name="chain")
+    run_chain(d)
+
+    assert (d.status, d.output) == (plain["status"], plain["output"])
+    assert [answer for _, answer in calls] == plain["answers"]
+    assert session.continued == 2  # of the three results, one was a full replay
+
+
+def changed_chain(context):
+    """``chain`` after a deployment that renamed its activity."""
+    results = []
+    for city in ("Tokyo", "Seattle", "London"):
+        results.append((yield context.call_activity("greet", city)))
+    return results
+
+
+def test_a_changed_orchestrator_is_caught_when_its_session_is_rebuilt(fast_replay):
+    fast_replay(True, Session())
+    d = Driver(df.Orchestrator.create(chain), name="chain")
+    d.start("x")
+    tick(d)
+    d.complete(0, "hello 0")
+    # Evicted (or the host restarted with new code): a new session rebuilds by a full replay.
+    fast_replay(True, Session())
+    d.handle = df.Orchestrator.create(changed_chain)
+    tick(d)
+    d.complete(1, "hello 1")
+
+    assert d.status == "Failed"
+    assert "Non-Deterministic workflow detected" in str(d.output)
+    assert "'say'" in str(d.output) and "'greet'" in str(d.output)
 
 
 def test_a_session_serves_later_episodes_without_a_replay(fast_replay):

@@ -1,0 +1,328 @@
+"""Every benchmark in one command: the durable host on both stores against DBOS on SQLite.
+
+One invocation measures, on this machine and in this run (so ratios compare like with like
+on a noisy machine):
+
+* floors: one durable SQLite commit (WAL, synchronous=FULL), one loopback HTTP request to
+  the host, one Azurite round trip (a table point read);
+* the host (``bench/app``) on SQLite, with and without incremental replay
+  (``DURABLE_HOST_SESSIONS=1``), and on Azure Storage (an in-memory Azurite): a chain of
+  N no-op activities (ms per step), a fan-out of N activities, M orchestrations of 5 steps
+  started at once, external-event latency (raise to completed), timer latency (completed
+  minus due), entity calls from an orchestration (ms per call), one agent round of the
+  kernel (the offline planner, one tool), crash to resume (SIGKILL mid-chain, restart, time
+  to the next completed step);
+* the cost of one step as history grows (``bench/replay_cost.py``: 10/100/1,000 steps, the
+  engine's own episode timing, fast replay and incremental replay);
+* DBOS Transact (``requirements-bench.txt``, installed into ``.venv-bench`` on first use)
+  on SQLite with the default rollback journal and with WAL: chain, fan-out, M x 5.
+
+Repetitions are A/B interleaved: each repetition runs every contestant once, in an order
+rotated by one per repetition (Azure Storage, the slowest, runs in the first ``--azure-reps``
+repetitions only, default 1). Reported: median and p99 (the worst, with few repetitions)
+of the repetitions, and ours / DBOS ratios of the medians. Results go to a JSON file.
+
+Usage: ``python bench/run.py [--quick] [--reps 3] [--out bench-results.json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import host_bench  # noqa: E402
+import replay_cost  # noqa: E402
+
+from durable_host.testing import WEBHOOK, HostProcess, wait_for  # noqa: E402
+
+BENCH_VENV = ROOT / ".venv-bench"
+FULL = {"chain": 200, "fan_out": 1000, "many": 500, "calls": 100, "lengths": "10,100,1000"}
+QUICK = {"chain": 30, "fan_out": 100, "many": 30, "calls": 20, "lengths": "10,100"}
+
+
+def stamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def completed(host: HostProcess, instance_id: str, timeout: float = 600) -> tuple[float, float]:
+    """Wait for the instance to complete; its first and last history timestamps (the
+    status row's times have whole seconds only; history events carry microseconds)."""
+    status = host.wait_for_status(instance_id, timeout=timeout)
+    assert status["runtimeStatus"] == "Completed", status
+    events = (host.status(instance_id, "?showHistory=true") or {})["historyEvents"]
+    return stamp(events[0]["Timestamp"]), stamp(events[-1]["Timestamp"])
+
+
+def span(times: tuple[float, float]) -> float:
+    return times[1] - times[0]
+
+
+# --- the host -----------------------------------------------------------------------------
+
+
+def host_round(host: HostProcess, size: dict[str, Any]) -> dict[str, float]:
+    """One repetition of every workload on a running host; seconds or milliseconds."""
+    out: dict[str, float] = {}
+    chain = host.start_orchestration("chain", {"steps": size["chain"]})
+    out["chain_ms_per_step"] = span(completed(host, chain)) * 1000 / size["chain"]
+    fan = host.start_orchestration("fan_out", {"count": size["fan_out"]})
+    out["fan_out_s"] = span(completed(host, fan))
+    started = time.time()
+    ids = [host.start_orchestration("chain", {"steps": 5}) for _ in range(size["many"])]
+    last = max(completed(host, i)[1] for i in ids)
+    out["many_x5_s"] = last - started
+    waiter = host.start_orchestration("waiter")
+    wait_for(lambda: (host.status(waiter) or {}).get("runtimeStatus") == "Running", 30, "waiter")
+    time.sleep(0.2)  # let it park: the latency measured is a cold wake-up
+    raised = time.time()
+    assert host.post(f"{WEBHOOK}/instances/{waiter}/raiseEvent/go", "x").status == 202
+    out["event_ms"] = (completed(host, waiter)[1] - raised) * 1000
+    sleeper = host.start_orchestration("sleeper", {"seconds": 1})
+    out["timer_late_ms"] = (span(completed(host, sleeper)) - 1.0) * 1000
+    calls = host.start_orchestration("entity_calls", {"key": "k", "calls": size["calls"]})
+    out["entity_call_ms"] = span(completed(host, calls)) * 1000 / size["calls"]
+    return out
+
+
+def crash_to_resume(spec: str, env: dict[str, str], steps: int) -> dict[str, float]:
+    """SIGKILL a host mid-chain, start it again: seconds to the next completed step, from
+    the restart's spawn and from the moment it listens."""
+    host = HostProcess(ROOT / "bench" / "app", spec, env=dict(env)).start()
+    instance = host.start_orchestration("chain", {"steps": steps})
+
+    def progressed() -> bool:
+        view = host.status(instance, "?showHistory=true") or {}
+        done = [e for e in view.get("historyEvents", []) if e["EventType"] == "TaskCompleted"]
+        return len(done) >= steps // 3
+
+    wait_for(progressed, 120, "a third of the chain", 0.02)
+    host.process.send_signal(signal.SIGKILL)
+    host.process.wait(10)
+    killed = time.time()
+    spawned = time.time()
+    host.start()
+    listening = time.time()
+    try:
+        view = wait_for(
+            lambda: _completed_after(host, instance, killed), 60, "a step after the restart", 0.02
+        )
+        completed(host, instance)
+    finally:
+        host.kill()
+    return {"from_spawn_s": view - spawned, "from_listening_s": view - listening}
+
+
+def _completed_after(host: HostProcess, instance: str, moment: float) -> float | None:
+    view = host.status(instance, "?showHistory=true") or {}
+    for event in view.get("historyEvents", []):
+        if event["EventType"] == "TaskCompleted" and stamp(event["Timestamp"]) > moment:
+            return stamp(event["Timestamp"])
+    return None
+
+
+def agent_round_ms(tmp: Path) -> float:
+    import agent_round
+    from tests.app.turn_support import turn_env
+
+    db = tmp / "agent.db"
+    host = HostProcess(ROOT, f"sqlite:{db}", env=turn_env(tmp, {"AGENT_MAX_ROUNDS": "3"}))
+    host.start()
+    try:
+        agent_round.one_turn(host, db, 1, "warmup")
+        return agent_round.one_turn(host, db, 1, "bench")["ms_per_round"]
+    finally:
+        host.kill()
+
+
+def loopback_ms(host: HostProcess, count: int = 200) -> float:
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        urllib.request.urlopen(host.base_url + "/admin/host/status").read()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+# --- DBOS -----------------------------------------------------------------------------
+
+
+def bench_python() -> Path:
+    python = BENCH_VENV / "bin" / "python"
+    if not python.exists():
+        print("creating .venv-bench (DBOS, pinned in requirements-bench.txt) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "-r", str(ROOT / "requirements-bench.txt")],
+            check=True,
+        )
+    return python
+
+
+def dbos_round(python: Path, journal: str, tmp: Path, size: dict[str, Any], rep: int) -> dict[str, float]:
+    db = tmp / f"dbos-{journal}-{rep}.sqlite"
+    result = subprocess.run(
+        [
+            str(python), str(ROOT / "bench" / "dbos_workloads.py"), "--db", str(db),
+            "--journal", journal, "--chain", str(size["chain"]),
+            "--fan-out", str(size["fan_out"]), "--many", f"{size['many']}x5",
+        ],
+        capture_output=True, text=True, timeout=900, cwd=tmp, check=True,
+    )
+    raw = json.loads(result.stdout.strip().splitlines()[-1])
+    return {
+        "chain_ms_per_step": raw["chain"] * 1000 / size["chain"],
+        "fan_out_s": raw["fan_out"],
+        "many_x5_s": raw["many"],
+    }
+
+
+# --- the run ----------------------------------------------------------------------------
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return {"median": statistics.median(ordered), "p99": p99, "n": len(ordered)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, one repetition")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions (default 3, quick 1)")
+    parser.add_argument("--no-azure", action="store_true", help="skip the Azure Storage runs")
+    parser.add_argument("--azure-reps", type=int, default=1, help="repetitions on Azure Storage")
+    parser.add_argument("--out", default="bench-results.json")
+    args = parser.parse_args()
+    size = QUICK if args.quick else FULL
+    reps = args.reps or (1 if args.quick else 3)
+    began = time.monotonic()
+    # SIGTERM unwinds like Ctrl-C, so the hosts and Azurite started here are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    tmp = Path(tempfile.mkdtemp(prefix="bench-run-"))
+    python = bench_python()
+    floors = {"sqlite_commit_ms": host_bench.sqlite_commit_ms(tmp / "floor.db")}
+    emulator = None
+    contestants: dict[str, Callable[[int], dict[str, float]]] = {}
+    hosts: dict[str, HostProcess] = {}
+    for name, env in (("ours_sqlite", {}), ("ours_sqlite_sessions", {"DURABLE_HOST_SESSIONS": "1"})):
+        hosts[name] = HostProcess(ROOT / "bench" / "app", f"sqlite:{tmp / name}.db", env=env)
+    if not args.no_azure:
+        from durable_host import azurite
+
+        emulator = azurite.start(None, azurite.free_ports(3), in_memory=True, log=tmp / "azurite.log")
+        os.environ["AzureWebJobsStorage"] = emulator.connection_string
+        floors["azurite_round_trip_ms"] = host_bench.azurite_round_trip_ms(emulator.connection_string)
+        hosts["ours_azure"] = HostProcess(ROOT / "bench" / "app", "azure")
+    for name, host in hosts.items():
+        host.start()
+        host_round(host, QUICK)  # warm: imports, statements, the first episodes
+        contestants[name] = lambda rep, host=host: host_round(host, size)
+    floors["loopback_http_ms"] = loopback_ms(hosts["ours_sqlite"])
+    for journal in ("delete", "wal"):
+        contestants[f"dbos_{journal}"] = (
+            lambda rep, journal=journal: dbos_round(python, journal, tmp, size, rep)
+        )
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in contestants}
+    names = list(contestants)
+    try:
+        for rep in range(reps):
+            order = names[rep % len(names):] + names[: rep % len(names)]
+            for name in order:
+                if name == "ours_azure" and rep >= args.azure_reps:
+                    continue
+                print(f"rep {rep + 1}/{reps}: {name} ...", flush=True)
+                runs[name].append(contestants[name](rep))
+                # Written as it goes: a run cut short still leaves what it measured.
+                Path(args.out).write_text(json.dumps({"partial": runs, "floors": floors}, indent=2))
+    finally:
+        for host in hosts.values():
+            host.kill()
+    extra: dict[str, Any] = {}
+    print("crash to resume ...", flush=True)
+    extra["crash_to_resume"] = crash_to_resume(f"sqlite:{tmp / 'crash.db'}", {}, size["chain"])
+    print("one agent round ...", flush=True)
+    extra["agent_round_ms"] = agent_round_ms(tmp)
+    if emulator is not None:
+        emulator.stop()
+    print("step cost as history grows ...", flush=True)
+    extra["step_cost"] = asyncio.run(step_costs(size["lengths"], tmp))
+    results = {
+        "mode": "quick" if args.quick else "full",
+        "reps": reps,
+        "sizes": size,
+        "floors": floors,
+        "workloads": {name: _by_metric(values) for name, values in runs.items()},
+        **extra,
+        "seconds": time.monotonic() - began,
+    }
+    results["ratios"] = ratios(results["workloads"])
+    Path(args.out).write_text(json.dumps(results, indent=2))
+    report(results)
+    return 0
+
+
+async def step_costs(lengths: str, tmp: Path) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for steps in (int(n) for n in lengths.split(",")):
+        _, by_mode = await replay_cost.one_length(steps, 7, tmp)
+        out[str(steps)] = {mode: phases["total"] for mode, phases in by_mode.items()}
+    return out
+
+
+def _by_metric(values: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    return {key: summary([v[key] for v in values]) for key in values[0]}
+
+
+def ratios(workloads: dict[str, dict[str, dict[str, float]]]) -> dict[str, float]:
+    out = {}
+    for ours in ("ours_sqlite", "ours_sqlite_sessions", "ours_azure"):
+        for dbos in ("dbos_delete", "dbos_wal"):
+            if ours not in workloads:
+                continue
+            for key in ("chain_ms_per_step", "fan_out_s", "many_x5_s"):
+                out[f"{ours}/{dbos}:{key}"] = (
+                    workloads[ours][key]["median"] / workloads[dbos][key]["median"]
+                )
+    return out
+
+
+def report(results: dict[str, Any]) -> None:
+    print(f"\nmode {results['mode']}, {results['reps']} repetition(s), sizes {results['sizes']}")
+    print("floors: " + ", ".join(f"{k} {v:.3f}" for k, v in results["floors"].items()))
+    workloads = results["workloads"]
+    keys = sorted({k for w in workloads.values() for k in w})
+    print(f"\n{'workload':<20}" + "".join(f"{name:>24}" for name in workloads))
+    for key in keys:
+        cells = "".join(
+            f"{w[key]['median']:>14.2f} (p99 {w[key]['p99']:>6.2f})" if key in w else f"{'-':>24}"
+            for w in workloads.values()
+        )
+        print(f"{key:<20}{cells}")
+    print("\nratios ours / DBOS (medians)")
+    for key, value in results["ratios"].items():
+        print(f"  {key:<55} {value:6.2f}")
+    print(f"\ncrash to resume: {results['crash_to_resume']}")
+    print(f"agent round: {results['agent_round_ms']:.1f} ms")
+    print("step cost (ms) by history length: " + json.dumps(results["step_cost"]))
+    print(f"\ntotal {results['seconds']:.0f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Incremental replay is opted into by host.json's extendedSessionsEnabled, as on Azure;
+DURABLE_HOST_SESSIONS overrides it either way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from durable_host import config as config_mod
+from durable_host import loader
+from durable_host.engine import Engine
+from durable_host.store.sqlite import SqliteStore
+
+APP = Path(__file__).resolve().parents[2] / "apps" / "parity"
+
+
+@pytest.mark.parametrize(
+    ("setting", "env", "expected"),
+    [
+        (None, None, False),
+        (True, None, True),
+        ("true", None, True),
+        (False, None, False),
+        (True, "0", False),
+        (None, "1", True),
+    ],
+)
+def test_extended_sessions_setting(tmp_path, monkeypatch, setting, env, expected):
+    durable = {} if setting is None else {"extendedSessionsEnabled": setting}
+    config = config_mod.parse_host_json(tmp_path, {"extensions": {"durableTask": durable}})
+    assert config.extended_sessions is (setting in (True, "true"))
+    if env is None:
+        monkeypatch.delenv("DURABLE_HOST_SESSIONS", raising=False)
+    else:
+        monkeypatch.setenv("DURABLE_HOST_SESSIONS", env)
+    engine = Engine(loader.load_app(APP), SqliteStore(tmp_path / "t.db"), config, fast_replay=True)
+    assert engine.sessions is expected
