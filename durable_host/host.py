@@ -138,7 +138,7 @@ class Host:
         config_mod.apply_local_settings(self.app_dir)
         config_mod.set_script_root(self.app_dir)
         self.config = config_mod.load(self.app_dir)
-        log.info("%s", telemetry.configure(os.environ))  # OTEL_* settings; off when unset
+        telemetry_line = telemetry.configure(os.environ)  # OTEL_* settings; off when unset
         try:
             self.public_url = auth.parse_public_url(
                 self.public_url or os.environ.get("DURABLE_HOST_PUBLIC_URL")
@@ -148,6 +148,7 @@ class Host:
         auth_on, auth_reason = auth.decide(self.auth, self.host)
         limits = Limits.from_env()
         index = startup_report.select(loader.load_app(self.app_dir), self.functions)
+        log.info("%s", telemetry_line)  # after the checks whose failure is one line alone
         self._running = self._started = False
         self.store = open_store(self.store_spec, self.config, self.lose)
         await self.store.open()

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.harness import APPS, ROOT, HostProcess
+from tests.harness import APPS, ROOT, WEBHOOK, HostProcess
 
 
 def copy_app(tmp_path: Path, settings: dict | None = None) -> Path:
