@@ -70,6 +70,7 @@ from durable_host.store.azure.tables import HubTables, Operation
 log = logging.getLogger("durable_host.store.azure")
 
 REFS_PER_INDEX_ROW = 200
+RECENT_RECORDS = 4096  # heads kept for reads of the instance record
 
 
 @dataclass
@@ -97,13 +98,23 @@ class CommitProtocol:
         self.index = index
         self._fetched_heads: dict[str, Head | None] = {}  # head as the episode's fetch read it
         self._finished: dict[str, str] = {}  # partition -> token whose post-commit work is done
-        self.fetched_records: dict[str, Head] = {}  # ``Instances``: heads for the next get
+        # The stored head of instances this process fetched or committed lately: every
+        # head write goes through this process (the lease) and replaces or drops its entry,
+        # so reads of the record (the engine's after a fetch, status requests) need no
+        # request. Bounded: the oldest entries go first.
+        self.fetched_records: dict[str, Head] = {}
 
     # --- the head a commit is conditional on -------------------------------------------
 
     def remember_fetched_head(self, partition: str, head: Head | None) -> None:
         """The head a fetch read: the episode's commit is conditional on its ETag."""
         self._fetched_heads[partition] = head
+
+    def remember_record(self, partition: str, head: Head) -> None:
+        self.fetched_records.pop(partition, None)
+        self.fetched_records[partition] = head
+        while len(self.fetched_records) > RECENT_RECORDS:
+            self.fetched_records.pop(next(iter(self.fetched_records)))
 
     def forget_fetched_head(self, partition: str) -> None:
         self._fetched_heads.pop(partition, None)
@@ -283,7 +294,12 @@ class CommitProtocol:
                 ) from None
             self._tables.faults.hit("commit")
 
-        await self._tables.retry("commit", attempt, write=True)
+        try:
+            await self._tables.retry("commit", attempt, write=True)
+        except BaseException:
+            # Its outcome may be unknown: reads of the record go to the table again.
+            self.fetched_records.pop(commit.partition, None)
+            raise
 
     async def _committed(self, commit: Commit) -> bool:
         """Did a commit whose outcome we did not see happen? Runs inside a retry attempt."""
@@ -295,6 +311,7 @@ class CommitProtocol:
 
     async def after_commit(self, commit: Commit) -> None:
         """Do the commit's post-commit work now; the next commit does it if this fails."""
+        self.remember_record(commit.partition, Head.of(dict(commit.new_head), ""))
         if commit.new_head.get("Pending"):
             head = Head.of(commit.new_head, "")
             try:

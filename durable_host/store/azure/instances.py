@@ -80,7 +80,9 @@ class Instances:
         self._work = work
         self._attempts = attempts
         # The head a fetch read, for the ``get`` that follows it (the engine reads the
-        # record right after fetching): taken once, dropped by any write of the instance.
+        # record right after fetching, status requests may come in between). Every write
+        # of a head goes through this process (the lease) and drops it, so until then it
+        # is the stored head.
         self._records = commits.fetched_records
         # Due times of the delayed messages a fetch returned: a commit consuming them
         # drops their timer hints.
@@ -119,7 +121,6 @@ class Instances:
                 commit.new_head["Pending"] = pending_work(
                     "OldGen" in commit.new_head and PostCommit.OLD_GENERATION, PostCommit.FLOOR
                 )
-            self._records.pop(partition, None)
             live = [] if visible_at else [partition]
             try:
                 async with self._commits.index.adding(live, [start_row]):
@@ -170,11 +171,14 @@ class Instances:
             if head is None:
                 attempt = functools.partial(self._insert_once, row, "send")
             else:
-                self._records.pop(partition, None)
                 new = {**head.row, "Status": status, "UpdatedAt": now}
                 attempt = functools.partial(self._send_with_status, head, new, row)
-            async with self._commits.index.adding([partition]):
-                sent = await self._tables.retry("send a message", attempt, write=True)
+            try:
+                async with self._commits.index.adding([partition]):
+                    sent = await self._tables.retry("send a message", attempt, write=True)
+            finally:
+                if head is not None:  # the head changed, or may have
+                    self._records.pop(partition, None)
             if sent:
                 return
         raise StoreConflictError(f"could not send to {instance_id}: it kept changing")
@@ -218,7 +222,7 @@ class Instances:
 
     async def get(self, instance_id: str) -> InstanceRecord | None:
         partition = partition_key(instance_id)
-        head = self._records.pop(partition, None)
+        head = self._records.get(partition)
         if head is None:
             head = await self._tables.read_head(partition)
         return None if head is None else await self._rows.instance_record(partition, head.row)
@@ -260,16 +264,17 @@ class Instances:
                 if len(picked) >= limit:
                     break
         self._commits.index.touch(partition)
+        if head is not None:
+            self._commits.remember_record(partition, head)
+        else:
+            self._records.pop(partition, None)
         if picked:
             self._commits.remember_fetched_head(partition, head)
-            if head is not None:
-                self._records[partition] = head
             self._fetched_timers[partition] = {
                 i: r["VisibleAt"] for i, r in picked if r.get("VisibleAt")
             }
         else:
             self._commits.forget_fetched_head(partition)
-            self._records.pop(partition, None)
             self._fetched_timers.pop(partition, None)
         texts = await asyncio.gather(*(self._tables.get_text(r, "M") for _, r in picked))
         return [(i, decode_message(t or "")) for (i, _), t in zip(picked, texts, strict=True)]
@@ -302,7 +307,6 @@ class Instances:
         # Handed before the commit point: a ``poll`` that ran between the commit and the
         # hand-over would claim the new work items and run them a second time.
         self._work.hand_over(created, partition)
-        self._records.pop(partition, None)
         try:
             await self._commits.apply(commit)
         except BaseException:
@@ -396,7 +400,6 @@ class Instances:
         for target, message in commit.responses:
             _, row = await self._rows.inbox_row(partition_key(target), message)
             (own if row["PartitionKey"] == partition else remote).append(row)
-        self._records.pop(partition, None)
         await self._commits.apply(
             Commit(
                 partition,
