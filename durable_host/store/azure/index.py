@@ -107,27 +107,27 @@ class HubIndex:
                     del self._busy[p]
 
     async def _write_hints(self, partitions: set[str], timer_rows: list[dict[str, Any]]) -> None:
-        ops = [
-            ("upsert", {"PartitionKey": LIVE, "RowKey": p, "W": self._tables.writer},
-             {"mode": UpdateMode.MERGE})
-            for p in sorted(partitions)
-            if p not in self._live
-        ]
-        timer_ops = [
-            ("upsert", {
-                "PartitionKey": TIMERS,
-                "RowKey": timer_key(r["VisibleAt"], r["PartitionKey"], r["RowKey"]),
-            }, {"mode": UpdateMode.REPLACE})
-            for r in timer_rows
-        ]
-        for op in ops:  # one live hint per partition: rarely more than one or two
+        for partition in sorted(p for p in partitions if p not in self._live):
+            hint = {"PartitionKey": LIVE, "RowKey": partition, "W": self._tables.writer}
+            # An upsert: creates the hint, or marks an existing one as this writer's
             result = await self._tables.retry(
                 "write a hint",
-                lambda op=op: self._tables.index.upsert_entity(op[1], mode=UpdateMode.MERGE),
+                lambda hint=hint: self._tables.index.upsert_entity(hint, mode=UpdateMode.MERGE),
                 write=True,
             )
-            self._live[op[1]["RowKey"]] = str(result.get("etag") or "")
-        for chunk in _chunks(timer_ops, 100):  # one partition: one transaction per 100
+            self._live[partition] = str(result.get("etag") or "")
+        timer_ops = [
+            (
+                "upsert",
+                {
+                    "PartitionKey": TIMERS,
+                    "RowKey": timer_key(r["VisibleAt"], r["PartitionKey"], r["RowKey"]),
+                },
+                {"mode": UpdateMode.REPLACE},
+            )
+            for r in timer_rows
+        ]
+        for chunk in _chunks(timer_ops, 100):  # one partition: 100 rows per transaction
             await self._tables.retry(
                 "write timer hints",
                 lambda chunk=chunk: self._tables.index.submit_transaction(chunk),

@@ -52,7 +52,12 @@ from durable_host.store.azure.codec import (
     pending_work,
 )
 from durable_host.store.azure.commit import Commit, CommitProtocol
-from durable_host.store.azure.errors import AzureStoreError, StoreConflictError, is_transient
+from durable_host.store.azure.errors import (
+    AzureStoreError,
+    RequestRejectedError,
+    StoreConflictError,
+    is_transient,
+)
 from durable_host.store.azure.index import timer_key
 from durable_host.store.azure.rows import HubRows
 from durable_host.store.azure.tables import HubTables
@@ -323,7 +328,8 @@ class Instances:
         if keys:
             try:
                 await self._commits.index.drop_timers(keys)
-            except (AzureError, AzureStoreError) as exc:
+            except (AzureError, AzureStoreError, RequestRejectedError) as exc:
+                # Never an error of the commit, which applied: its work items are running.
                 log.warning("timer hints of %s left for later: %s", partition, exc)
 
     async def _episode_head(
