@@ -3,6 +3,7 @@ that comes with a fetch (the engine reads it next) without a read of its own."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -66,5 +67,19 @@ def test_the_record_a_fetch_read_serves_reads_until_the_instance_is_written(run_
         await store.fetch_messages("a", T0)
         await store.purge("a")
         assert await store.get_instance("a") is None
+
+    run_store(body)
+
+
+def test_concurrent_sends_to_one_instance_write_its_hint_once(run_store) -> None:
+    async def body(store: Any) -> None:
+        before = store.round_trips
+
+        await asyncio.gather(*(store.send("e", raised(str(n)), T0) for n in range(10)))
+
+        assert store.round_trips - before == 11  # one live hint, ten messages
+        before = store.round_trips
+        assert await store.discovery._poll_once() == ([], [], False)  # known: no survey
+        assert store.round_trips - before == 1
 
     run_store(body)

@@ -29,6 +29,7 @@ the hint survives).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterable
@@ -79,6 +80,7 @@ class HubIndex:
         self._live: dict[str, str] = {}  # partition -> ETag of its live hint, as last known
         self._busy: dict[str, int] = {}  # partition -> writers adding work right now
         self._version: dict[str, int] = {}  # partition -> writers that ever began
+        self._writing: dict[str, asyncio.Future[None]] = {}  # live hints being written
         self.touched: dict[str, float] = {}  # partition -> when this process last worked on it
 
     # --- writers ------------------------------------------------------------------------
@@ -107,15 +109,8 @@ class HubIndex:
                     del self._busy[p]
 
     async def _write_hints(self, partitions: set[str], timer_rows: list[dict[str, Any]]) -> None:
-        for partition in sorted(p for p in partitions if p not in self._live):
-            hint = {"PartitionKey": LIVE, "RowKey": partition, "W": self._tables.writer}
-            # An upsert: creates the hint, or marks an existing one as this writer's
-            result = await self._tables.retry(
-                "write a hint",
-                lambda hint=hint: self._tables.index.upsert_entity(hint, mode=UpdateMode.MERGE),
-                write=True,
-            )
-            self._live[partition] = str(result.get("etag") or "")
+        for partition in sorted(partitions):
+            await self._write_live(partition)
         timer_ops = [
             (
                 "upsert",
@@ -133,6 +128,30 @@ class HubIndex:
                 lambda chunk=chunk: self._tables.index.submit_transaction(chunk),
                 write=True,
             )
+
+    async def _write_live(self, partition: str) -> None:
+        """Write a live hint unless this process knows it exists. Concurrent writers of one
+        partition share one request: two racing upserts could leave the ETag of the one
+        that landed first in ``_live``, and the hint would look foreign to ``poll``."""
+        while partition not in self._live:
+            pending = self._writing.get(partition)
+            if pending is not None:
+                await pending  # then look again: that write may have failed
+                continue
+            done = asyncio.get_running_loop().create_future()
+            self._writing[partition] = done
+            hint = {"PartitionKey": LIVE, "RowKey": partition, "W": self._tables.writer}
+            try:
+                # An upsert: creates the hint, or marks an existing one as this writer's.
+                result = await self._tables.retry(
+                    "write a hint",
+                    lambda hint=hint: self._tables.index.upsert_entity(hint, mode=UpdateMode.MERGE),
+                    write=True,
+                )
+                self._live[partition] = str(result.get("etag") or "")
+            finally:
+                del self._writing[partition]
+                done.set_result(None)
 
     def touch(self, partition: str) -> None:
         self.touched[partition] = time.monotonic()
