@@ -6,9 +6,11 @@ SIGTERM and started again; CPU use is read from /proc, never inferred from timin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
+import subprocess
 import time
 import urllib.error
 from pathlib import Path
@@ -38,6 +40,10 @@ def settle(host: HostProcess, instance_id: str, max_starts: int = 8, timeout: fl
             try:
                 status = host.status(instance_id)
             except (urllib.error.URLError, ConnectionError):
+                # Refused while still exiting: wait for the exit, or the next round would
+                # find it "running" and spend its starts in a few milliseconds.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    host.process.wait(timeout=5)
                 break
             if status and status["runtimeStatus"] in DONE:
                 return status

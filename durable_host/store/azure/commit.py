@@ -22,6 +22,9 @@ crash after it leaves behind; the names below are the ones it uses.
   of an earlier life - done at once (``after_commit``) and, if interrupted, before the
   instance's next commit (``settle``). So at most one commit's staged rows per sender are
   ever unreleased.
+* **Hints.** Before anything is staged, ``HubIndex.adding`` writes the index hints the
+  commit's new work needs (live hints for immediate work, timer hints for delayed
+  messages), so work never exists without a hint (``index.py``).
 * **Lost responses.** A retried commit that the service rejects is resolved by reading the
   head: if it carries this commit's token, the first attempt applied (``_committed``).
 """
@@ -60,12 +63,14 @@ from durable_host.store.azure.codec import (
     row_size,
 )
 from durable_host.store.azure.errors import AzureStoreError, StoreConflictError, is_transient
+from durable_host.store.azure.index import HubIndex
 from durable_host.store.azure.rows import HubRows
 from durable_host.store.azure.tables import HubTables, Operation
 
 log = logging.getLogger("durable_host.store.azure")
 
 REFS_PER_INDEX_ROW = 200
+RECENT_RECORDS = 4096  # heads kept for reads of the instance record
 
 
 @dataclass
@@ -87,11 +92,17 @@ class Commit:
 class CommitProtocol:
     """Commits, the post-commit work they leave, and the visibility of staged rows."""
 
-    def __init__(self, tables: HubTables, rows: HubRows) -> None:
+    def __init__(self, tables: HubTables, rows: HubRows, index: HubIndex) -> None:
         self._tables = tables
         self._rows = rows
+        self.index = index
         self._fetched_heads: dict[str, Head | None] = {}  # head as the episode's fetch read it
         self._finished: dict[str, str] = {}  # partition -> token whose post-commit work is done
+        # The stored head of instances this process fetched or committed lately: every
+        # head write goes through this process (the lease) and replaces or drops its entry,
+        # so reads of the record (the engine's after a fetch, status requests) need no
+        # request. Bounded: the oldest entries go first.
+        self.fetched_records: dict[str, Head] = {}
 
     # --- the head a commit is conditional on -------------------------------------------
 
@@ -99,12 +110,19 @@ class CommitProtocol:
         """The head a fetch read: the episode's commit is conditional on its ETag."""
         self._fetched_heads[partition] = head
 
+    def remember_record(self, partition: str, head: Head) -> None:
+        self.fetched_records.pop(partition, None)
+        self.fetched_records[partition] = head
+        while len(self.fetched_records) > RECENT_RECORDS:
+            self.fetched_records.pop(next(iter(self.fetched_records)))
+
     def forget_fetched_head(self, partition: str) -> None:
         self._fetched_heads.pop(partition, None)
 
     def forget(self, partition: str) -> None:
         """Forget a purged instance."""
         self._fetched_heads.pop(partition, None)
+        self.fetched_records.pop(partition, None)
         self._finished.pop(partition, None)
 
     async def head_for_commit(self, partition: str) -> Head | None:
@@ -135,13 +153,16 @@ class CommitProtocol:
             commit.new_head["OldGen"] = head.generation
 
     async def apply(self, commit: Commit) -> None:
-        """Stage what cannot join the commit transaction, commit, then finish."""
-        self.stamp(commit)
-        ops = await self._plan_one_transaction(commit)
-        if ops is None:
-            ops = await self._stage_everything(commit)
-        faults.hit("store.before_commit")  # crash point: staged, not committed
-        await self.commit_point(commit, ops)
+        """Hint, stage what cannot join the commit transaction, commit, then finish."""
+        rows = commit.own_rows + commit.remote_rows
+        async with self.index.adding(_live_targets(rows), rows):
+            self.stamp(commit)
+            ops = await self._plan_one_transaction(commit)
+            if ops is None:
+                ops = await self._stage_everything(commit)
+            faults.hit("store.before_commit")  # crash point: staged, not committed
+            await self.commit_point(commit, ops)
+        self.index.touch(commit.partition)
         await self.after_commit(commit)
 
     async def _plan_one_transaction(self, commit: Commit) -> list[Operation] | None:
@@ -273,7 +294,12 @@ class CommitProtocol:
                 ) from None
             self._tables.faults.hit("commit")
 
-        await self._tables.retry("commit", attempt, write=True)
+        try:
+            await self._tables.retry("commit", attempt, write=True)
+        except BaseException:
+            # Its outcome may be unknown: reads of the record go to the table again.
+            self.fetched_records.pop(commit.partition, None)
+            raise
 
     async def _committed(self, commit: Commit) -> bool:
         """Did a commit whose outcome we did not see happen? Runs inside a retry attempt."""
@@ -285,6 +311,7 @@ class CommitProtocol:
 
     async def after_commit(self, commit: Commit) -> None:
         """Do the commit's post-commit work now; the next commit does it if this fails."""
+        self.remember_record(commit.partition, Head.of(dict(commit.new_head), ""))
         if commit.new_head.get("Pending"):
             head = Head.of(commit.new_head, "")
             try:
@@ -375,3 +402,9 @@ class CommitProtocol:
                 self._tables.delete_row(row["PartitionKey"], row["RowKey"], row.metadata["etag"])
             )
         return False
+
+
+def _live_targets(rows: list[dict[str, Any]]) -> set[str]:
+    """Partitions that get immediate work (messages without a due time, work items): each
+    needs a live hint; delayed messages get timer hints (``HubIndex.adding``)."""
+    return {r["PartitionKey"] for r in rows if not r.get("VisibleAt")}

@@ -20,11 +20,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import uuid
 from typing import Any
 
 from azure.core import MatchConditions
-from azure.core.exceptions import HttpResponseError, ResourceExistsError
+from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError
 from azure.data.tables import UpdateMode
 
 from durable_host import faults
@@ -51,12 +52,20 @@ from durable_host.store.azure.codec import (
     pending_work,
 )
 from durable_host.store.azure.commit import Commit, CommitProtocol
-from durable_host.store.azure.errors import StoreConflictError, is_transient
+from durable_host.store.azure.errors import (
+    AzureStoreError,
+    RequestRejectedError,
+    StoreConflictError,
+    is_transient,
+)
+from durable_host.store.azure.index import timer_key
 from durable_host.store.azure.rows import HubRows
 from durable_host.store.azure.tables import HubTables
 from durable_host.store.azure.work import WorkItems
 from durable_host.store.base import InstanceExistsError
 from durable_host.store.codec import decode_message, entity_name, parent_instance_id, writes_output
+
+log = logging.getLogger("durable_host.store.azure")
 
 
 class Instances:
@@ -75,6 +84,14 @@ class Instances:
         self._commits = commits
         self._work = work
         self._attempts = attempts
+        # The head a fetch read, for the ``get`` that follows it (the engine reads the
+        # record right after fetching, status requests may come in between). Every write
+        # of a head goes through this process (the lease) and drops it, so until then it
+        # is the stored head.
+        self._records = commits.fetched_records
+        # Due times of the delayed messages a fetch returned: a commit consuming them
+        # drops their timer hints.
+        self._fetched_timers: dict[str, dict[int, str]] = {}
 
     # --- create and send ---------------------------------------------------------------
 
@@ -109,9 +126,11 @@ class Instances:
                 commit.new_head["Pending"] = pending_work(
                     "OldGen" in commit.new_head and PostCommit.OLD_GENERATION, PostCommit.FLOOR
                 )
+            live = [] if visible_at else [partition]
             try:
-                faults.hit("store.before_commit")
-                await self._commits.commit_point(commit, [("create", start_row)])
+                async with self._commits.index.adding(live, [start_row]):
+                    faults.hit("store.before_commit")
+                    await self._commits.commit_point(commit, [("create", start_row)])
             except StoreConflictError:
                 continue  # changed since read: check the status again
             await self._commits.after_commit(commit)
@@ -159,7 +178,13 @@ class Instances:
             else:
                 new = {**head.row, "Status": status, "UpdatedAt": now}
                 attempt = functools.partial(self._send_with_status, head, new, row)
-            if await self._tables.retry("send a message", attempt, write=True):
+            try:
+                async with self._commits.index.adding([partition]):
+                    sent = await self._tables.retry("send a message", attempt, write=True)
+            finally:
+                if head is not None:  # the head changed, or may have
+                    self._records.pop(partition, None)
+            if sent:
                 return
         raise StoreConflictError(f"could not send to {instance_id}: it kept changing")
 
@@ -202,7 +227,9 @@ class Instances:
 
     async def get(self, instance_id: str) -> InstanceRecord | None:
         partition = partition_key(instance_id)
-        head = await self._tables.read_head(partition)
+        head = self._records.get(partition)
+        if head is None:
+            head = await self._tables.read_head(partition)
         return None if head is None else await self._rows.instance_record(partition, head.row)
 
     async def history(self, instance_id: str) -> list[dict[str, Any]]:
@@ -241,10 +268,19 @@ class Instances:
                 picked.append((message_id, row))
                 if len(picked) >= limit:
                     break
+        self._commits.index.touch(partition)
+        if head is not None:
+            self._commits.remember_record(partition, head)
+        else:
+            self._records.pop(partition, None)
         if picked:
             self._commits.remember_fetched_head(partition, head)
+            self._fetched_timers[partition] = {
+                i: r["VisibleAt"] for i, r in picked if r.get("VisibleAt")
+            }
         else:
             self._commits.forget_fetched_head(partition)
+            self._fetched_timers.pop(partition, None)
         texts = await asyncio.gather(*(self._tables.get_text(r, "M") for _, r in picked))
         return [(i, decode_message(t or "")) for (i, _), t in zip(picked, texts, strict=True)]
 
@@ -281,7 +317,20 @@ class Instances:
         except BaseException:
             self._work.take_back(created)
             raise
+        await self._drop_consumed_timers(partition, episode.consumed)
         return created
+
+    async def _drop_consumed_timers(self, partition: str, consumed: list[int]) -> None:
+        """After a commit: the timer hints of the delayed messages it consumed go. If this
+        fails they stay, harmless: a survey finds their messages gone and drops them."""
+        due = self._fetched_timers.pop(partition, {})
+        keys = [timer_key(due[i], partition, inbox_row_key(i)) for i in consumed if i in due]
+        if keys:
+            try:
+                await self._commits.index.drop_timers(keys)
+            except (AzureError, AzureStoreError, RequestRejectedError) as exc:
+                # Never an error of the commit, which applied: its work items are running.
+                log.warning("timer hints of %s left for later: %s", partition, exc)
 
     async def _episode_head(
         self, partition: str, head: Head | None, episode: Episode, now: str
@@ -369,3 +418,4 @@ class Instances:
                 consumed=list(commit.consumed),
             )
         )
+        await self._drop_consumed_timers(partition, list(commit.consumed))

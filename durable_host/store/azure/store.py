@@ -9,7 +9,9 @@ method translates Azure SDK errors into the store's own (``errors``).
 * ``commit``    the commit protocol and the visibility of staged rows;
 * ``instances`` create, send, read, commit an episode or an entity batch;
 * ``work``      activity work items; ``attempts`` attempts at the next episode;
-* ``queries``   cross-partition scans, ``poll`` and purges.
+* ``index``     hints of live instances and timers in a small table of their own;
+* ``discovery`` ready instances, due timers, pending work and ``poll``, through the index;
+* ``queries``   instance queries and purges.
 
 Settings: ``DURABLE_HOST_LEASE_SECONDS`` (15-60, default 15),
 ``DURABLE_HOST_AZURE_RETRY_SECONDS`` (default 60). Tests: ``DURABLE_HOST_AZURE_FAULTS``
@@ -41,7 +43,9 @@ from durable_host.records import (
 )
 from durable_host.store.azure.attempts import EpisodeAttempts
 from durable_host.store.azure.commit import CommitProtocol
+from durable_host.store.azure.discovery import Discovery
 from durable_host.store.azure.errors import StoreUnavailableError, translate_azure_errors
+from durable_host.store.azure.index import HubIndex
 from durable_host.store.azure.instances import Instances
 from durable_host.store.azure.lease import HubLease, process_identity
 from durable_host.store.azure.queries import HubScans
@@ -90,10 +94,14 @@ class AzureStore:
         )
         rows = HubRows(self.tables)
         self.attempts = EpisodeAttempts(self.tables)
-        self.commits = CommitProtocol(self.tables, rows)
+        self.index = HubIndex(self.tables)
+        self.commits = CommitProtocol(self.tables, rows, self.index)
         self.work = WorkItems(self.tables, rows, self.commits)
         self.instances = Instances(self.tables, rows, self.commits, self.work, self.attempts)
-        self.scans = HubScans(self.tables, rows, self.commits, self.work, self.attempts)
+        self.scans = HubScans(
+            self.tables, rows, self.commits, self.work, self.attempts, self.index
+        )
+        self.discovery = Discovery(self.tables, self.commits, self.work, self.index)
         self.secrets = HubSecrets(self.tables)
 
     @property
@@ -135,6 +143,10 @@ class AzureStore:
         log.info(
             "owner of task hub %s (epoch %d) on table %s", self.hub, lease.epoch, self.table_name
         )
+        try:
+            await self.index.build()
+        except AzureError as exc:
+            raise StoreUnavailableError(f"could not build the task hub's index: {exc}") from exc
 
     async def close(self) -> None:
         await self.tables.close()
@@ -200,7 +212,7 @@ class AzureStore:
 
     @translate_azure_errors
     async def pending_activities(self) -> list[ActivityWork]:
-        return await self.work.pending()
+        return await self.discovery.pending_activities()
 
     @translate_azure_errors
     async def mark_activity_dequeued(self, work_id: int) -> int:
@@ -216,15 +228,15 @@ class AzureStore:
     @translate_azure_errors
     async def ready_instances(self, now: str, due_only: bool = False) -> list[str]:
         """Instances with visible messages (``due_only``: only those with due timers)."""
-        return await self.scans.ready_instances(now, due_only)
+        return await self.discovery.ready_instances(now, due_only)
 
     @translate_azure_errors
     async def next_due(self, now: str) -> str | None:
-        return await self.scans.next_due(now)
+        return await self.discovery.next_due(now)
 
     async def poll(self) -> tuple[list[str], list[ActivityWork]]:
         """Wait, then report work this process was not told about; never raises."""
-        return await self.scans.poll()
+        return await self.discovery.poll()
 
     @translate_azure_errors
     async def query(self, query: Query) -> QueryPage:

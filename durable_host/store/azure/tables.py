@@ -19,6 +19,7 @@ reused, so a blob written by an aborted attempt is never mistaken for a committe
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import random
 import time
@@ -72,8 +73,14 @@ class HubTables:
         self.faults = LostResponses.from_environment()
         self.lease: HubLease | None = None  # None: opened read-only, writes fail
         self.round_trips = 0  # storage requests sent, for /admin/host/metrics and bench/
+        # Recent queries (filter, parameters), newest last: tests check what discovery reads.
+        self.queries: collections.deque[tuple[str, dict[str, Any]]] = collections.deque(
+            maxlen=1000
+        )
         self.table_name = ""
         self.table: Any = None
+        self.index: Any = None  # the hub's index table (``index.py``): small, never history
+        self.index_name = ""
         self.container: Any = None
         self._tables: Any = None
         self._blobs: Any = None
@@ -95,6 +102,8 @@ class HubTables:
         self._blobs = BlobServiceClient.from_connection_string(connection, **options)
         self.table_name = table_name
         self.table = self._tables.get_table_client(table_name)
+        self.index_name = table_name + "Index"
+        self.index = self._tables.get_table_client(self.index_name)
         self.container = self._blobs.get_container_client(container_name)
 
     def _count_round_trip(self, _request: Any) -> None:
@@ -107,6 +116,7 @@ class HubTables:
 
     async def _create_table(self) -> None:
         await self._tables.create_table_if_not_exists(self.table_name)
+        await self._tables.create_table_if_not_exists(self.index_name)
 
     async def _create_container(self) -> None:
         try:
@@ -121,7 +131,7 @@ class HubTables:
         await asyncio.gather(*self._background, return_exceptions=True)
         if self.lease is not None:
             await self.lease.close()
-        for client in (self.table, self._tables, self.container, self._blobs):
+        for client in (self.table, self.index, self._tables, self.container, self._blobs):
             if client is not None:
                 await client.close()
 
@@ -180,14 +190,30 @@ class HubTables:
     # --- reads --------------------------------------------------------------------------
 
     async def query(
-        self, flt: str, params: dict[str, Any], select: list[str] | None = None
+        self,
+        flt: str,
+        params: dict[str, Any],
+        select: list[str] | None = None,
+        *,
+        table: Any = None,
+        top: int | None = None,
     ) -> list[Any]:
-        """Every page of a filtered query. The SDK substitutes ``@name`` parameters only in
-        words separated by single spaces, hence the spaced parentheses in our filters."""
+        """Every page of a filtered query (of the hub table unless ``table`` is given), or
+        its first ``top`` rows (in key order). The SDK substitutes ``@name`` parameters only
+        in words separated by single spaces, hence the spaced parentheses in our filters."""
+        client = self.table if table is None else table
+        self.queries.append((flt, params))
 
         async def attempt() -> list[Any]:
-            pages = self.table.query_entities(flt, parameters=params, select=select)
-            return [entity async for entity in pages]
+            pages = client.query_entities(
+                flt, parameters=params, select=select, results_per_page=top
+            )
+            found = []
+            async for entity in pages:
+                found.append(entity)
+                if top is not None and len(found) >= top:
+                    break
+            return found
 
         return await self.retry("query", attempt, write=False)
 
@@ -224,10 +250,12 @@ class HubTables:
 
         return await self.retry("read an instance", attempt, write=False)
 
-    async def read_row(self, partition: str, row_key: str) -> Any:
+    async def read_row(self, partition: str, row_key: str, *, table: Any = None) -> Any:
+        client = self.table if table is None else table
+
         async def attempt() -> Any:
             try:
-                return await self.table.get_entity(partition, row_key)
+                return await client.get_entity(partition, row_key)
             except ResourceNotFoundError:
                 return None
 

@@ -28,8 +28,6 @@ from azure.data.tables import UpdateMode
 from durable_host import faults
 from durable_host.records import ActivityWork
 from durable_host.store.azure.codec import (
-    WORK_ROWS,
-    Head,
     item_id,
     partition_key,
     work_row_key,
@@ -51,6 +49,9 @@ class WorkItems:
         self._commits = commits
         self._partition_of: dict[int, str] = {}
         self.handed: set[int] = set()  # work ids given to the engine by this process
+        # Partitions whose completion found the work item gone (another run completed it):
+        # ``poll`` surveys them soon, so a result nobody announced here is not left waiting.
+        self.recheck: set[str] = set()
 
     def hand_over(self, works: list[ActivityWork], partition: str) -> None:
         """Work items a commit created, which this process's engine runs at once."""
@@ -90,6 +91,8 @@ class WorkItems:
                 self.handed.discard(work_id)
                 if done:
                     self._partition_of.pop(work_id, None)
+                else:
+                    self.recheck.add(partition)
                 return done
         raise StoreConflictError("could not allocate a message id")
 
@@ -118,28 +121,22 @@ class WorkItems:
 
     # --- finding work ------------------------------------------------------------------
 
-    async def pending(self) -> list[ActivityWork]:
-        """Every visible work item of the hub."""
-        return await self._visible_work(await self._tables.query(*_work_filter()))
-
-    async def not_handed(self) -> list[ActivityWork]:
-        """Visible work items this process never gave its engine."""
-        rows = await self._tables.query(*_work_filter())
-        return await self._visible_work(
-            [r for r in rows if item_id(r["RowKey"]) not in self.handed]
-        )
-
-    async def _visible_work(self, rows: list[Any]) -> list[ActivityWork]:
-        heads: dict[str, Head | None] = {}
+    async def adopt(self, rows: list[Any]) -> list[ActivityWork]:
+        """The work items visible ``rows`` describe, now handed to this process's engine."""
         found: list[ActivityWork] = []
         for row in sorted(rows, key=lambda r: r["RowKey"]):
-            if not await self._commits.is_visible(row, heads):
-                continue
             work = await self._rows.work_item(row)
             found.append(work)
             self._partition_of[work.work_id] = row["PartitionKey"]
             self.handed.add(work.work_id)
         return found
+
+    def is_handed(self, row: Any) -> bool:
+        return item_id(row["RowKey"]) in self.handed
+
+    def partitions_running(self) -> set[str]:
+        """Partitions with work items this process's engine holds right now."""
+        return {self._partition_of[w] for w in self.handed if w in self._partition_of}
 
     async def _find_partition(self, work_id: int) -> str | None:
         partition = self._partition_of.get(work_id)
@@ -210,8 +207,3 @@ class WorkItems:
                 return None
             raise
         return count
-
-
-def _work_filter() -> tuple[str, dict[str, Any]]:
-    low, high = WORK_ROWS
-    return "RowKey ge @lo and RowKey lt @hi", {"lo": low, "hi": high}
