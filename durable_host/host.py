@@ -20,18 +20,22 @@ removed, replaced or found corrupt) calls back ``Host.lose``: from then on
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from durable_host import config as config_mod
-from durable_host import loader
+from durable_host import history as h
+from durable_host import loader, timer_triggers, wake
 from durable_host.client import DurableClient
 from durable_host.engine import Engine
 from durable_host.http import auth, server
@@ -119,6 +123,9 @@ class Host:
     auth: str | None = None  # "keys" | "off" | None (decided by the bound address)
     public_url: str | None = None
     fatal: str | None = None  # why the host stopped by itself (its store was lost)
+    # Scale to zero (wake.py): stop after this many idle seconds; ``wake`` says when to return.
+    exit_when_idle: float | None = None
+    wake: dict[str, Any] | None = None
 
     def lose(self, reason: str) -> None:
         """The store is lost: stop serving and stop the host (once)."""
@@ -140,6 +147,10 @@ class Host:
             raise config_mod.ConfigError(str(exc)) from exc
         auth_on, auth_reason = auth.decide(self.auth, self.host)
         index = loader.load_app(self.app_dir)
+        self.timer_specs = timer_triggers.plan(index, os.environ, datetime.now(UTC))
+        self.idle = asyncio.Event()
+        self.timers: timer_triggers.TimerTriggers | None = None
+        self.idle_watch: wake.IdleWatch | None = None
         self._running = self._started = False
         self.store = open_store(self.store_spec, self.config, self.lose)
         await self.store.open()
@@ -165,7 +176,7 @@ class Host:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
-        sockets = site._server.sockets if site._server else []  # noqa: SLF001 - the bound port
+        sockets = site._server.sockets if site._server else []
         self.port = sockets[0].getsockname()[1] if sockets else self.port
         self._set_bases()
         self.engine.client_json = lambda: server.client_binding_json(
@@ -176,6 +187,7 @@ class Host:
             self.gate.rpc_segment,
         )
         await self.engine.start()
+        self._start_schedules()
         self._started = True  # from here on a lost store stops the host by a signal
         self._running = self.fatal is None
         log.info("durable host serving %s on %s (hub %s)", self.app_dir, self.base_url, self.config.hub_name)
@@ -187,6 +199,19 @@ class Host:
                 self.base_url,
             )
 
+    def _start_schedules(self) -> None:
+        """Timer triggers and the idle watch, once the engine serves the work they start."""
+        self.timers = timer_triggers.TimerTriggers(
+            self.timer_specs, self.store, lambda: self.engine.client_json(), str(self.app_dir)
+        )
+        self.timers.start()
+        if self.exit_when_idle is not None:
+            timers = self.timers
+            self.idle_watch = wake.IdleWatch(
+                self.exit_when_idle, lambda: self.engine.busy() or timers.running > 0, self.idle.set
+            )
+            self.idle_watch.start()
+
     def _set_bases(self) -> None:
         self.base_url = f"http://{auth.authority(self.host)}:{self.port}"
         self.local_base = f"http://{auth.authority(auth.local_address(self.host))}:{self.port}"
@@ -194,6 +219,17 @@ class Host:
 
     async def stop(self) -> None:
         self._running = False
+        if self.idle_watch is not None:
+            self.idle_watch.stop()
+        if self.timers is not None:
+            await self.timers.stop()
         await self.engine.stop(self.grace)
         await self._runner.cleanup()
+        if self.exit_when_idle is not None and self.fatal is None:
+            # Asked only now that nothing can add work: the answer is the store's last word.
+            try:
+                self.wake = await wake.describe(self.store, self.timer_specs)
+            except StoreError as exc:  # unsure: a waker that comes back at once loses nothing
+                log.warning("could not read the next wake time (%s); announcing now", exc)
+                self.wake = {"next_wake": h.format_time(datetime.now(UTC)), "error": str(exc)}
         await self.store.close()
