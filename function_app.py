@@ -3,10 +3,10 @@
 import azure.durable_functions as df
 import azure.functions as func
 
-from activities import cancel, hand_over, mail, model, notice_session, tools
-from api import operator, pages, sessions
+from activities import cancel, hand_over, loop_submit, mail, model, notice_session, tools
+from api import loops, operator, pages, sessions
 from entities import semaphore, session
-from orchestrators import agent_round, agent_run, agent_turn, notices, tool_task
+from orchestrators import agent_loop, agent_round, agent_run, agent_turn, notices, tool_task
 
 app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
 
@@ -27,5 +27,9 @@ for blueprint in (
     mail.bp,
     notice_session.bp,
     cancel.bp,
+    # Agent loops (docs/loops.md).
+    agent_loop.bp,
+    loop_submit.bp,
+    loops.bp,
 ):
     app.register_functions(blueprint)
