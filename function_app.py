@@ -5,7 +5,7 @@ import azure.functions as func
 
 from activities import cancel, hand_over, loop_submit, mail, model, notice_session, tools
 from api import loops, operator, pages, sessions
-from entities import semaphore, session
+from entities import limiter, semaphore, session
 from orchestrators import agent_loop, agent_round, agent_run, agent_turn, notices, tool_task
 
 app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
@@ -31,5 +31,7 @@ for blueprint in (
     agent_loop.bp,
     loop_submit.bp,
     loops.bp,
+    # Declared per-key limits of tools (docs/loops.md).
+    limiter.bp,
 ):
     app.register_functions(blueprint)

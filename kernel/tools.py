@@ -119,6 +119,10 @@ class ToolSpec(Generic[ArgsT]):
     requires_approval: bool = False
     description: str
     precheck: Callable[[ArgsT], list[str]] = _no_problems
+    # A per-key limit on running the tool (``kernel/limits.py``), e.g.
+    # ``{"key": "service:{service}", "limit": 1}``; its key is filled from the call's
+    # arguments, ``tool`` and ``session``. None: the tool runs unlimited (no entity call).
+    concurrency: JsonObject | None = None
 
     def to_openai(self) -> JsonObject:
         """The chat-completions ``tools`` entry, schema derived from the argument model."""
