@@ -5,11 +5,17 @@ its runs are ordinary submissions of the session, visible in the session view. D
 loop that already runs with the same declaration answers it again (200, ``duplicate``); a
 different declaration under a running loop id is a conflict (409): delete it first. Control
 actions are external events to the loop, durable once accepted (202).
+
+Loops can also be declared by the setting ``AGENT_LOOPS`` (a JSON list of declarations, each
+with its ``sessionId``): the timer function ``declare_configured_loops`` starts every one that
+does not run, when the app starts and daily. It never deletes or replaces a running loop.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +29,7 @@ from kernel import ids, loops
 from kernel.errors import ConflictError, KernelError, NotFoundError
 
 bp = df.Blueprint()
+log = logging.getLogger("agent.loops")
 LIVE = (OrchestrationRuntimeStatus.Pending, OrchestrationRuntimeStatus.Running)
 
 
@@ -59,6 +66,18 @@ async def _live(client: df.DurableOrchestrationClient, instance_id: str) -> Any:
     return status
 
 
+async def ensure_loop(
+    client: df.DurableOrchestrationClient, session_id: str, spec: loops.LoopSpec
+) -> tuple[Any, bool]:
+    """(the running loop or None, started): start the loop unless it runs already."""
+    instance_id = loops.loop_instance_id(session_id, spec.loop_id)
+    running = await _live(client, instance_id)
+    if running is not None:
+        return running, False
+    await client.start_new("agent_loop", instance_id, {"session_id": session_id, "spec": spec.as_json()})
+    return None, True
+
+
 @bp.route(route="sessions/{sessionId}/loops", methods=["POST"])
 @bp.durable_client_input(client_name="client")
 async def declare_loop(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
@@ -66,12 +85,11 @@ async def declare_loop(req: func.HttpRequest, client: df.DurableOrchestrationCli
         session_id = inputs.session_id(req.route_params.get("sessionId"))
         spec = loops.parse_spec(inputs.json_object(req.get_body()), datetime.now(UTC))
         instance_id = loops.loop_instance_id(session_id, spec.loop_id)
-        running = await _live(client, instance_id)
+        running, _ = await ensure_loop(client, session_id, spec)
         if running is not None:
             if _object(running.input_).get("spec") != spec.as_json():
                 raise ConflictError("loop_exists", f"loop {spec.loop_id!r} runs with another declaration", "loopId")
             return reply({**_view(session_id, running), "duplicate": True}, 200)
-        await client.start_new("agent_loop", instance_id, {"session_id": session_id, "spec": spec.as_json()})
     except KernelError as exc:
         return failure(exc)
     return reply(
@@ -120,3 +138,28 @@ async def control_loop(req: func.HttpRequest, client: df.DurableOrchestrationCli
 @bp.durable_client_input(client_name="client")
 async def delete_loop(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
     return await _control(req, client, "delete")
+
+
+@bp.timer_trigger(schedule="0 0 3 * * *", arg_name="timer", run_on_startup=True)
+@bp.durable_client_input(client_name="client")
+async def declare_configured_loops(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
+    """Start the loops of ``AGENT_LOOPS`` that do not run; a bad entry is logged, not fatal."""
+    raw = os.environ.get("AGENT_LOOPS", "").strip()
+    if not raw:
+        return
+    try:
+        declared = json.loads(raw)
+    except ValueError:
+        log.error("AGENT_LOOPS is not JSON; no configured loop was started")
+        return
+    for number, entry in enumerate(declared if isinstance(declared, list) else [declared]):
+        try:
+            body = dict(entry)
+            session_id = inputs.session_id(body.pop("sessionId", None))
+            spec = loops.parse_spec(body, datetime.now(UTC))
+            _, started = await ensure_loop(client, session_id, spec)
+        except (KernelError, TypeError, ValueError) as exc:
+            log.error("AGENT_LOOPS entry %d is not a valid loop: %s", number, exc)
+            continue
+        if started:
+            log.info("started configured loop %s of session %s", spec.loop_id, session_id)

@@ -7,6 +7,7 @@ wait is bounded and nothing asserts on durations.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kernel import ids
@@ -22,8 +23,10 @@ def loops_of(host: HostProcess, session: str = SESSION) -> dict[str, dict[str, A
     return {loop["loopId"]: loop for loop in resp.json()["loops"]}
 
 
-def in_state(host: HostProcess, loop_id: str, state: str, runs: int = 0) -> dict[str, Any] | None:
-    loop = loops_of(host).get(loop_id)
+def in_state(
+    host: HostProcess, loop_id: str, state: str, runs: int = 0, session: str = SESSION
+) -> dict[str, Any] | None:
+    loop = loops_of(host, session).get(loop_id)
     return loop if loop and loop["state"] == state and loop["runs"] >= runs else None
 
 
@@ -77,3 +80,14 @@ def test_a_bad_loop_declaration_names_its_field(kernel_host: HostProcess) -> Non
         assert resp.status == 400, (change, resp.body)
         assert resp.json()["field"] == field, resp.body
     assert "bad" not in loops_of(kernel_host)
+
+
+def test_loops_declared_by_setting_start_with_the_app(fresh_kernel_host) -> None:
+    configured = [
+        {"sessionId": "configured", "loopId": "nightly", "schedule": "0 0 2 * * *", "prompt": "p"},
+        {"sessionId": "configured", "loopId": "broken", "schedule": "nope", "prompt": "p"},
+    ]
+    host = fresh_kernel_host({"AGENT_LOOPS": json.dumps(configured)}).start()
+    found = wait_for(lambda: in_state(host, "nightly", "sleeping", session="configured"), 30, "loop")
+    assert found["loop"]["schedule"] == "0 0 2 * * *"
+    assert "broken" not in loops_of(host, "configured")
