@@ -11,7 +11,7 @@ import azure.durable_functions as df
 import azure.functions as func
 import pytest
 
-from api import inputs, pages, purge, sessions
+from api import inputs, loops, pages, purge, sessions
 from entities.session import handle
 from kernel import content
 from kernel import session as core
@@ -256,10 +256,11 @@ def served_routes() -> set[tuple[str, str]]:
     app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
     app.register_functions(sessions.bp)
     app.register_functions(pages.bp)
+    app.register_functions(loops.bp)
     routes = set()
     for function in app.get_functions():
         trigger = function.get_trigger()
-        for method in trigger.methods or []:
+        for method in getattr(trigger, "methods", None) or []:  # a timer has none
             routes.add(
                 (
                     str(method.value if hasattr(method, "value") else method).lower(),
