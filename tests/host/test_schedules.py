@@ -139,7 +139,11 @@ def test_a_sleeping_instance_completes_after_the_host_exited_and_was_woken(
     # The stopped host costs no process; next-wake answers the same from the store.
     asked = run_cli(host, "next-wake")
     assert asked.returncode == 0, asked.stderr
-    assert json.loads(asked.stdout)["next_wake"] == announced["next_wake"]
+    answer = json.loads(asked.stdout)
+    if answer["runnable"]:  # a slow machine: the timer fell due before the question
+        assert h.parse_time(answer["next_wake"]) >= due
+    else:
+        assert answer["next_wake"] == announced["next_wake"]
     # The waker starts the host at the announced time; the instance completes.
     time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()))
     host.start()
