@@ -3,10 +3,19 @@
 import azure.durable_functions as df
 import azure.functions as func
 
-from activities import approvals, cancel, hand_over, mail, model, notice_session, tools
-from api import approval_links, operator, pages, sessions
-from entities import semaphore, session
-from orchestrators import agent_round, agent_run, agent_turn, notices, tool_task
+from activities import (
+    approvals,
+    cancel,
+    hand_over,
+    loop_submit,
+    mail,
+    model,
+    notice_session,
+    tools,
+)
+from api import approval_links, loops, operator, pages, sessions
+from entities import limiter, semaphore, session
+from orchestrators import agent_loop, agent_round, agent_run, agent_turn, notices, tool_task
 
 # Every route declares its level; the default covers any route added without one.
 app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
@@ -30,5 +39,11 @@ for blueprint in (
     cancel.bp,
     approvals.bp,
     approval_links.bp,
+    # Agent loops (docs/loops.md).
+    agent_loop.bp,
+    loop_submit.bp,
+    loops.bp,
+    # Declared per-key limits of tools (docs/loops.md).
+    limiter.bp,
 ):
     app.register_functions(blueprint)

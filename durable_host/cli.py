@@ -1,6 +1,12 @@
 """Command line: ``python -m durable_host start [--app-dir DIR] [--host H] [--port P] [--store S]
-[--auth keys|off] [--public-url URL]`` and ``python -m durable_host keys [--app-dir DIR]
-[--store S] [--json]``.
+[--auth keys|off] [--public-url URL] [--exit-when-idle SECONDS [--wake-file PATH]]``,
+``python -m durable_host keys [--app-dir DIR] [--store S] [--json]`` and
+``python -m durable_host next-wake [--app-dir DIR] [--store S]``.
+
+``--exit-when-idle``: stop (exit 0) once nothing has been runnable for that long, printing
+one JSON line ``{"event": "idle-exit", "next_wake": ...}`` (and writing it to
+``--wake-file``); ``next-wake`` prints the same answer for a stopped host
+(``durable_host/wake.py``, ``docs/schedules.md``).
 
 Prints one line ``durable host listening on http://H:P`` once it serves requests (tests
 read the port from it when ``--port 0``), and stops cleanly on SIGTERM or SIGINT:
@@ -22,12 +28,13 @@ import json
 import os
 import signal
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
 
 from durable_host import config as config_mod
 from durable_host import keys as keys_mod
-from durable_host import local_settings, logs
+from durable_host import loader, local_settings, logs, timer_triggers, wake
 from durable_host.host import STARTUP_ERRORS, Host, open_store
 
 
@@ -62,11 +69,32 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         " else the bound address)",
     )
     _core_tools_flags(start)
+    start.add_argument(
+        "--exit-when-idle",
+        default=None,
+        type=_seconds,
+        metavar="SECONDS",
+        help="exit 0 when nothing has been runnable for SECONDS; print the next wake time",
+    )
+    start.add_argument("--wake-file", default=None, type=Path, help="also write it to this file")
+    wake_cmd = sub.add_parser("next-wake", help="when a stopped host must run again (JSON)")
+    wake_cmd.add_argument("--app-dir", default=".", type=Path)
+    wake_cmd.add_argument("--store", default=None, help="as for start")
     keys = sub.add_parser("keys", help="show the host's keys (creating them once)")
     keys.add_argument("--app-dir", default=".", type=Path)
     keys.add_argument("--store", default=None, help="as for start")
     keys.add_argument("--json", action="store_true", help="print one JSON object")
     return parser.parse_args(argv)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 10**9:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
 
 
 def _core_tools_flags(start: argparse.ArgumentParser) -> None:
@@ -87,6 +115,7 @@ def _host_from(args: argparse.Namespace) -> Host:
     return Host(
         args.app_dir, args.host, port, args.store, args.grace, args.auth, args.public_url,
         functions=functions, cors=origins, cors_credentials=credentials,
+        exit_when_idle=args.exit_when_idle,
     )
 
 
@@ -103,11 +132,33 @@ async def serve(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     if host.fatal is None:
         print(f"durable host listening on {host.base_url}", flush=True)
-        await stop.wait()
+        stopped, idle = asyncio.create_task(stop.wait()), asyncio.create_task(host.idle.wait())
+        await asyncio.wait((stopped, idle), return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel(), idle.cancel()
     await host.stop()
     if host.fatal is not None:
         print(f"durable host: {host.fatal}", file=sys.stderr)
         return 2
+    if host.wake is not None:
+        wake.announce(host.wake, args.wake_file)
+    return 0
+
+
+async def next_wake(args: argparse.Namespace) -> int:
+    try:
+        app_dir = Path(args.app_dir).resolve()
+        config_mod.apply_local_settings(app_dir)
+        specs = timer_triggers.plan(loader.load_app(app_dir), os.environ, datetime.now(UTC))
+        store = open_store(args.store, config_mod.load(app_dir), read_only=True)
+        await store.open()
+        try:
+            info = await wake.describe(store, specs)
+        finally:
+            await store.close()
+    except STARTUP_ERRORS as exc:
+        print(f"durable host: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(info, sort_keys=True))
     return 0
 
 
@@ -164,5 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "keys":
         logs.configure("WARNING", "text")
         return asyncio.run(show_keys(args))
+    if args.command == "next-wake":
+        logs.configure("WARNING", "text")
+        return asyncio.run(next_wake(args))
     logs.configure("DEBUG" if args.verbose else args.log_level, args.log_format)
     return asyncio.run(serve(args))

@@ -230,6 +230,10 @@ class Engine:
     def wake_timers(self) -> None:
         self._wake.set()
 
+    def busy(self) -> bool:
+        """Whether anything is queued or running (``wake.IdleWatch`` reads it)."""
+        return bool(self._queued or self._running or self.activities.running)
+
     # --- orchestrations and entities ----------------------------------------------
 
     async def _worker(self) -> None:

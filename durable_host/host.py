@@ -20,16 +20,20 @@ removed, replaced or found corrupt) calls back ``Host.lose``: from then on
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from durable_host import config as config_mod
-from durable_host import loader, startup_report, telemetry
+from durable_host import history as h
+from durable_host import loader, startup_report, telemetry, timer_triggers, wake
 from durable_host.client import DurableClient
 from durable_host.dashboard import Dashboard
 from durable_host.engine import Engine
@@ -124,6 +128,9 @@ class Host:
     functions: list[str] | None = None
     cors: tuple[str, ...] = ()
     cors_credentials: bool = False
+    # Scale to zero (wake.py): stop after this many idle seconds; ``wake`` says when to return.
+    exit_when_idle: float | None = None
+    wake: dict[str, Any] | None = None
 
     def lose(self, reason: str) -> None:
         """The store is lost: stop serving and stop the host (once)."""
@@ -148,7 +155,11 @@ class Host:
         auth_on, auth_reason = auth.decide(self.auth, self.host)
         limits = Limits.from_env()
         index = startup_report.select(loader.load_app(self.app_dir), self.functions)
+        self.timer_specs = timer_triggers.plan(index, os.environ, datetime.now(UTC))
         log.info("%s", telemetry_line)  # after the checks whose failure is one line alone
+        self.idle = asyncio.Event()
+        self.timers: timer_triggers.TimerTriggers | None = None
+        self.idle_watch: wake.IdleWatch | None = None
         self._running = self._started = False
         self.store = open_store(self.store_spec, self.config, self.lose)
         await self.store.open()
@@ -184,6 +195,7 @@ class Host:
             self.gate.rpc_segment,
         )
         await self.engine.start()
+        self._start_schedules()
         self._started = True  # from here on a lost store stops the host by a signal
         self._running = self.fatal is None
         log.info("durable host serving %s on %s (hub %s)", self.app_dir, self.base_url, self.config.hub_name)
@@ -197,6 +209,19 @@ class Host:
                 self.base_url,
             )
 
+    def _start_schedules(self) -> None:
+        """Timer triggers and the idle watch, once the engine serves the work they start."""
+        self.timers = timer_triggers.TimerTriggers(
+            self.timer_specs, self.store, lambda: self.engine.client_json(), str(self.app_dir)
+        )
+        self.timers.start()
+        if self.exit_when_idle is not None:
+            timers = self.timers
+            self.idle_watch = wake.IdleWatch(
+                self.exit_when_idle, lambda: self.engine.busy() or timers.running > 0, self.idle.set
+            )
+            self.idle_watch.start()
+
     def _set_bases(self) -> None:
         self.base_url = f"http://{auth.authority(self.host)}:{self.port}"
         self.local_base = f"http://{auth.authority(auth.local_address(self.host))}:{self.port}"
@@ -204,7 +229,18 @@ class Host:
 
     async def stop(self) -> None:
         self._running = False
+        if self.idle_watch is not None:
+            self.idle_watch.stop()
+        if self.timers is not None:
+            await self.timers.stop()
         await self.engine.stop(self.grace)
         await self._runner.cleanup()
+        if self.exit_when_idle is not None and self.fatal is None:
+            # Asked only now that nothing can add work: the answer is the store's last word.
+            try:
+                self.wake = await wake.describe(self.store, self.timer_specs)
+            except StoreError as exc:  # unsure: a waker that comes back at once loses nothing
+                log.warning("could not read the next wake time (%s); announcing now", exc)
+                self.wake = {"next_wake": h.format_time(datetime.now(UTC)), "error": str(exc)}
         await self.store.close()
         telemetry.shutdown()  # flush what the exporters still hold

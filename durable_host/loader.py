@@ -28,7 +28,7 @@ class AppLoadError(Exception):
 @dataclass(frozen=True, slots=True)
 class FunctionInfo:
     name: str
-    kind: str  # http | orchestrator | activity | entity | other
+    kind: str  # http | orchestrator | activity | entity | timer | other
     fn: Callable[..., Any]
     bindings: tuple[dict[str, Any], ...]
     disabled: bool = False
@@ -46,6 +46,7 @@ class AppIndex:
     orchestrators: dict[str, FunctionInfo] = field(default_factory=dict)
     activities: dict[str, FunctionInfo] = field(default_factory=dict)
     entities: dict[str, FunctionInfo] = field(default_factory=dict)
+    timers: list[FunctionInfo] = field(default_factory=list)  # timer_triggers.py runs them
     # functions whose trigger this host does not run (listed at start-up, never served)
     other: list[FunctionInfo] = field(default_factory=list)
 
@@ -64,6 +65,7 @@ _KINDS = {
     "orchestrationTrigger": ("orchestrator", "orchestration"),
     "activityTrigger": ("activity", "activity"),
     "entityTrigger": ("entity", "entityName"),
+    "timerTrigger": ("timer", None),
 }
 
 
@@ -112,6 +114,8 @@ def index_functions(app: func.FunctionRegister) -> AppIndex:
             index.activities[durable_name.lower()] = info
         elif kind == "entity":
             index.entities[durable_name.lower()] = info
+        elif kind == "timer":
+            index.timers.append(info)
         else:
             index.other.append(info)
     return index

@@ -9,7 +9,7 @@ Also the two start-up checks that belong with that list (pure, given the app ind
 * A served function with a binding the host does not implement (a blob input, a queue
   output...) would be called with a parameter missing, so the host refuses to start and
   names the function and the binding; leave the function out with ``--functions`` to serve
-  the rest. A function whose *trigger* the host does not run (a queue or timer trigger) is
+  the rest. A function whose *trigger* the host does not run (a queue or blob trigger) is
   only listed as not run: nothing calls it, so serving the others is safe.
 """
 
@@ -65,6 +65,7 @@ def all_functions(index: AppIndex) -> list[FunctionInfo]:
         *index.orchestrators.values(),
         *index.activities.values(),
         *index.entities.values(),
+        *index.timers,
         *index.other,
     ]
 
@@ -90,6 +91,7 @@ def select(index: AppIndex, names: Iterable[str] | None) -> AppIndex:
         orchestrators={k: f for k, f in index.orchestrators.items() if keep(f)},
         activities={k: f for k, f in index.activities.items() if keep(f)},
         entities={k: f for k, f in index.entities.items() if keep(f)},
+        timers=[f for f in index.timers if keep(f)],
         other=[f for f in index.other if keep(f)],
     )
     for info in all_functions(dataclasses.replace(chosen, other=[])):
@@ -133,6 +135,9 @@ def function_lines(index: AppIndex, base: str, route_prefix: str) -> list[str]:
             f"  {info.name}: entityTrigger"
             f" ([GET,POST,DELETE] {base}{WEBHOOK}/entities/{key}/{{key}}){_disabled(info)}"
         )
+    for info in index.timers:
+        schedule = info.trigger().get("schedule", "")
+        lines.append(f"  {info.name}: timerTrigger ({schedule}){_disabled(info)}")
     lines += [
         "Durable client routes:",
         f"  instances: [GET,DELETE] {base}{WEBHOOK}/instances[/{{id}}]",

@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSche
 
 from kernel import calculator, documents, ids
 from kernel.errors import join_path
+from kernel.limits import parse_limit
 from kernel.model_io import JsonObject, JsonValue
 
 ToolPolicy = Literal["safe", "unsafe"]
@@ -119,6 +120,10 @@ class ToolSpec(Generic[ArgsT]):
     requires_approval: bool = False
     description: str
     precheck: Callable[[ArgsT], list[str]] = _no_problems
+    # A per-key limit on running the tool (``kernel/limits.py``), e.g.
+    # ``{"key": "service:{service}", "limit": 1}``; its key is filled from the call's
+    # arguments, ``tool`` and ``session``. None: the tool runs unlimited (no entity call).
+    concurrency: JsonObject | None = None
 
     def to_openai(self) -> JsonObject:
         """The chat-completions ``tools`` entry, schema derived from the argument model."""
@@ -197,6 +202,11 @@ _CATALOGUE: tuple[ToolSpec[Any], ...] = (
     ),
 )
 TOOLS: dict[str, ToolSpec[Any]] = {spec.name: spec for spec in _CATALOGUE}
+# A bad limit declaration stops the app at import, naming the tool and the field, instead
+# of failing the first call that reaches it.
+for _spec in _CATALOGUE:
+    if _spec.concurrency is not None:
+        parse_limit(_spec.concurrency, f"{_spec.name}.concurrency")
 
 
 def resolve(name: str) -> ToolSpec[Any] | ToolError:

@@ -38,8 +38,10 @@ from typing import Any
 import azure.durable_functions as df
 
 from kernel import content, ids, tools
+from kernel import limits as kernel_limits
 from kernel.statuses import TaskStatus
 from kernel.turn_policy import TurnLimits
+from orchestrators import limits as declared_limits
 from orchestrators.steps import (
     child_version,
     error_text,
@@ -281,6 +283,16 @@ def execute(
         return Ran({"ok": False, "kind": "rejected", "message": message})
     if tool.name == "send_notices":
         return Ran((yield from send_notices(context, tool, checked)))
+    if spec.concurrency is not None:  # a declared limit (docs/loops.md); none: no entity call
+        fields = {"tool": tool.name, "session": tool.job["session_id"], **checked}
+        ran = yield from declared_limits.limited(
+            context,
+            kernel_limits.parse_limit(spec.concurrency),
+            fields,
+            tool.task_id,
+            lambda: execute_tool(context, tool, checked, spec),
+        )
+        return ran if isinstance(ran, Ran) else Ran(ran)
     return (yield from execute_tool(context, tool, checked, spec))
 
 

@@ -54,6 +54,10 @@ implementation):
   ``expected`` (None: only if absent) and says whether it did: a compare-and-swap, so two
   hosts (or a host and the ``keys`` command) never overwrite each other's change. Both work
   on a store opened read-only, for the ``keys`` command beside a running host.
+* Timer-trigger schedule status (``durable_host/timer_triggers.py``): one small JSON text per
+  timer function (last and next occurrence, when it was updated). ``get_schedule`` returns
+  it or None; ``swap_schedule`` is a compare-and-swap like ``swap_secret``, so of two hosts
+  that claim one occurrence exactly one succeeds (the singleton of each occurrence).
 
 Every member below is required: the engine calls each of them unconditionally.
 """
@@ -179,3 +183,7 @@ class Store(Protocol):
     async def get_secret(self, name: str) -> str | None: ...
 
     async def swap_secret(self, name: str, expected: str | None, value: str) -> bool: ...
+
+    async def get_schedule(self, name: str) -> str | None: ...
+
+    async def swap_schedule(self, name: str, expected: str | None, value: str) -> bool: ...

@@ -502,3 +502,34 @@ class SqliteStore:
             return True
 
         return await self._run(swap)
+
+    # --- timer-trigger schedules --------------------------------------------------------
+
+    async def get_schedule(self, name: str) -> str | None:
+        def body(db: sqlite3.Connection) -> str | None:
+            row = db.execute("SELECT value FROM schedules WHERE name=?", (name,)).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._run(body)
+
+    async def swap_schedule(self, name: str, expected: str | None, value: str) -> bool:
+        # Fenced like every write of the owner, but outside ``_tx``: claiming an occurrence
+        # is no episode, so it must not count towards the crash tests' commit fault point.
+        def swap(db: sqlite3.Connection) -> bool:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                self._owner.fence(db)
+                row = db.execute("SELECT value FROM schedules WHERE name=?", (name,)).fetchone()
+                if (None if row is None else row[0]) != expected:
+                    db.execute("ROLLBACK")
+                    return False
+                db.execute(
+                    "INSERT OR REPLACE INTO schedules (name, value) VALUES (?,?)", (name, value)
+                )
+                db.execute("COMMIT")
+            except BaseException as exc:
+                self._rollback(db, exc)
+                raise
+            return True
+
+        return await self._run(swap)

@@ -11,7 +11,7 @@ import azure.durable_functions as df
 import azure.functions as func
 import pytest
 
-from api import approval_links, inputs, operator, pages, purge, sessions
+from api import approval_links, inputs, loops, operator, pages, purge, sessions
 from entities.session import handle
 from kernel import content
 from kernel import session as core
@@ -254,12 +254,12 @@ def test_the_finishing_commit_is_accepted_by_the_session() -> None:
 
 def served_routes() -> set[tuple[str, str]]:
     app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
-    for blueprint in (sessions.bp, pages.bp, operator.bp, approval_links.bp):
+    for blueprint in (sessions.bp, pages.bp, operator.bp, approval_links.bp, loops.bp):
         app.register_functions(blueprint)
     routes = set()
     for function in app.get_functions():
         trigger = function.get_trigger()
-        for method in trigger.methods or []:
+        for method in getattr(trigger, "methods", None) or []:  # a timer has none
             routes.add(
                 (
                     str(method.value if hasattr(method, "value") else method).lower(),

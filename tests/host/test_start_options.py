@@ -150,13 +150,13 @@ def test_start_lists_functions_and_honours_the_host_section(tmp_path: Path) -> N
     assert f"start: [POST] {base}/api/start" in text
     assert f"pair: orchestrationTrigger (start: [POST] {base}/runtime/webhooks/durabletask/orchestrators/pair)" in text
     assert "shout: activityTrigger" in text
-    assert "nightly" not in text  # left out with --functions
+    assert "drain" not in text  # left out with --functions
 
 
 def test_functions_naming_a_trigger_the_host_does_not_run_is_refused(tmp_path: Path) -> None:
-    line = one_line(run_start("--app-dir", str(SAMPLE), "--functions", "greet", "nightly"))
+    line = one_line(run_start("--app-dir", str(SAMPLE), "--functions", "greet", "drain"))
 
-    assert "'nightly'" in line and "timerTrigger" in line
+    assert "'drain'" in line and "queueTrigger" in line
 
 
 def test_a_trigger_the_host_does_not_run_is_listed_and_cors_takes_any_origin(
@@ -170,4 +170,4 @@ def test_a_trigger_the_host_does_not_run_is_listed_and_cors_takes_any_origin(
         host.kill()
     assert host.log_path is not None
     text = host.log_path.read_text()
-    assert "not run: function 'nightly': trigger timerTrigger is not supported" in text
+    assert "not run: function 'drain': trigger queueTrigger is not supported" in text

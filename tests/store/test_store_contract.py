@@ -708,3 +708,24 @@ def test_ready_instances_come_in_arrival_order_not_id_order(run_store) -> None:
         assert await store.ready_instances(T0) == ["zulu", "alpha", "mike"]
 
     run_store(body)
+
+
+# --- timer-trigger schedules ---------------------------------------------------------------
+
+
+def test_a_schedule_occurrence_is_claimed_by_exactly_one_writer(run_store) -> None:
+    async def body(store) -> None:
+        assert await store.get_schedule("tick") is None
+        claims = await asyncio.gather(
+            *(store.swap_schedule("tick", None, f"claim-{n}") for n in range(4))
+        )
+        assert claims.count(True) == 1
+        winner = f"claim-{claims.index(True)}"
+        assert await store.get_schedule("tick") == winner
+        assert await store.swap_schedule("tick", "stale", "next") is False
+        assert await store.swap_schedule("tick", winner, "next") is True
+        assert await store.get_schedule("tick") == "next"
+        assert await store.get_schedule("other") is None
+        assert await store.get_secret("tick") is None  # schedules and secrets never mix
+
+    run_store(body)

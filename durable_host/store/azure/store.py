@@ -50,6 +50,7 @@ from durable_host.store.azure.instances import Instances
 from durable_host.store.azure.lease import HubLease, process_identity
 from durable_host.store.azure.queries import HubScans
 from durable_host.store.azure.rows import HubRows
+from durable_host.store.azure.schedules import HubSchedules
 from durable_host.store.azure.secrets import HubSecrets
 from durable_host.store.azure.tables import HubTables
 from durable_host.store.azure.work import WorkItems
@@ -103,6 +104,7 @@ class AzureStore:
         )
         self.discovery = Discovery(self.tables, self.commits, self.work, self.index)
         self.secrets = HubSecrets(self.tables)
+        self.schedules = HubSchedules(self.tables)
 
     @property
     def round_trips(self) -> int:
@@ -260,3 +262,14 @@ class AzureStore:
     async def swap_secret(self, name: str, expected: str | None, value: str) -> bool:
         """Compare-and-swap, unfenced: also works on a hub opened read-only (``secrets``)."""
         return await self.secrets.swap(name, expected, value)
+
+    # --- timer-trigger schedules --------------------------------------------------------
+
+    @translate_azure_errors
+    async def get_schedule(self, name: str) -> str | None:
+        return await self.schedules.get(name)
+
+    @translate_azure_errors
+    async def swap_schedule(self, name: str, expected: str | None, value: str) -> bool:
+        """Compare-and-swap: the claim of one occurrence (``timer_triggers``)."""
+        return await self.schedules.swap(name, expected, value)

@@ -30,7 +30,7 @@ def shout(word: str) -> str:
     return word.upper()
 
 
-@app.timer_trigger(schedule="0 0 3 * * *", arg_name="timer")
-def nightly(timer) -> None:
+@app.queue_trigger(arg_name="message", queue_name="jobs", connection="AzureWebJobsStorage")
+def drain(message) -> None:
     pass
 

@@ -8,10 +8,9 @@ rewound where it is; a step whose outcome never arrived runs again.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import azure.durable_functions as df
-
-from typing import Any
 
 from durable_host import history as h
 from durable_host import orchestration as o

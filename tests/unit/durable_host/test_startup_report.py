@@ -22,7 +22,7 @@ CLIENT = fn("starter", "http", {"type": "httpTrigger", "direction": "IN", "name"
             {"type": "durableClient", "direction": "IN", "name": "client"})
 BLOB = fn("archive", "http", {"type": "httpTrigger", "direction": "IN", "name": "req"},
           {"type": "blob", "direction": "OUT", "name": "out"})
-TIMER = fn("nightly", "other", {"type": "timerTrigger", "direction": "IN", "name": "t"})
+QUEUE = fn("drain", "other", {"type": "queueTrigger", "direction": "IN", "name": "m"})
 ORCH = fn("flow", "orchestrator", {"type": "orchestrationTrigger", "direction": "IN", "name": "c"})
 
 
@@ -44,7 +44,7 @@ def test_a_served_function_with_an_unsupported_binding_stops_the_start() -> None
 
 
 def test_functions_leaves_the_unsupported_one_out_and_keeps_the_rest() -> None:
-    chosen = startup_report.select(index(HTTP, CLIENT, BLOB, TIMER, ORCH), ["hello", "flow"])
+    chosen = startup_report.select(index(HTTP, CLIENT, BLOB, QUEUE, ORCH), ["hello", "flow"])
 
     assert [f.name for f in chosen.http] == ["hello"]
     assert list(chosen.orchestrators) == ["flow"] and chosen.other == []
@@ -53,16 +53,16 @@ def test_functions_leaves_the_unsupported_one_out_and_keeps_the_rest() -> None:
 def test_functions_refuses_unknown_names_and_triggers_not_run() -> None:
     with pytest.raises(startup_report.SelectionError, match="--functions names nope"):
         startup_report.select(index(HTTP), ["hello", "nope"])
-    with pytest.raises(startup_report.SelectionError, match="'nightly'.*timerTrigger"):
-        startup_report.select(index(HTTP, TIMER), ["nightly"])
+    with pytest.raises(startup_report.SelectionError, match="'drain'.*queueTrigger"):
+        startup_report.select(index(HTTP, QUEUE), ["drain"])
 
 
 def test_the_listing_names_methods_urls_and_what_is_not_run() -> None:
-    lines = startup_report.function_lines(index(HTTP, ORCH, TIMER), "http://h:1", "api")
+    lines = startup_report.function_lines(index(HTTP, ORCH, QUEUE), "http://h:1", "api")
 
     assert "  hello: [GET] http://h:1/api/hi/{n}" in lines
     assert any(line.startswith("  flow: orchestrationTrigger (start: [POST] http://h:1/runtime/") for line in lines)
-    assert lines[-1].startswith("not run: function 'nightly': trigger timerTrigger")
+    assert lines[-1].startswith("not run: function 'drain': trigger queueTrigger")
 
 
 def test_the_host_section_of_local_settings() -> None:

@@ -1,0 +1,165 @@
+"""HTTP API of agent loops: declare, list, pause, resume, delete (``docs/loops.md``).
+
+A loop is the orchestration ``loop:{session}:{loop}`` (``orchestrators/agent_loop.py``);
+its runs are ordinary submissions of the session, visible in the session view. Declaring a
+loop that already runs with the same declaration answers it again (200, ``duplicate``); a
+different declaration under a running loop id is a conflict (409): delete it first. Control
+actions are external events to the loop, durable once accepted (202).
+
+Loops can also be declared by the setting ``AGENT_LOOPS`` (a JSON list of declarations, each
+with its ``sessionId``): the timer function ``declare_configured_loops`` starts every one that
+does not run, when the app starts and daily. It never deletes or replaces a running loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from datetime import UTC, datetime
+from typing import Any
+
+import azure.durable_functions as df
+import azure.functions as func
+from azure.durable_functions.models.OrchestrationRuntimeStatus import OrchestrationRuntimeStatus
+
+from api import inputs
+from api.replies import failure, reply
+from kernel import ids, loops
+from kernel.errors import ConflictError, KernelError, NotFoundError
+
+bp = df.Blueprint()
+log = logging.getLogger("agent.loops")
+LIVE = (OrchestrationRuntimeStatus.Pending, OrchestrationRuntimeStatus.Running)
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """A status field as an object (the SDK hands JSON text or a value)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _view(session_id: str, status: Any) -> dict[str, Any]:
+    custom = _object(status.custom_status)
+    runtime = status.runtime_status.value if status.runtime_status else None
+    return {
+        "sessionId": session_id,
+        "loopId": status.instance_id.removeprefix(loops.loop_prefix(session_id)),
+        "instanceId": status.instance_id,
+        "runtimeStatus": runtime,
+        "state": custom.get("phase") or ("deleted" if runtime == "Completed" else "starting"),
+        "next": custom.get("next"),
+        "runs": custom.get("runs", 0),
+        "lastSubmission": custom.get("last_submission"),
+        "loop": custom.get("loop") or _object(status.input_).get("spec"),
+    }
+
+
+async def _live(client: df.DurableOrchestrationClient, instance_id: str) -> Any:
+    status = await client.get_status(instance_id)
+    if status is None or status.runtime_status not in LIVE:
+        return None
+    return status
+
+
+async def ensure_loop(
+    client: df.DurableOrchestrationClient, session_id: str, spec: loops.LoopSpec
+) -> tuple[Any, bool]:
+    """(the running loop or None, started): start the loop unless it runs already."""
+    instance_id = loops.loop_instance_id(session_id, spec.loop_id)
+    running = await _live(client, instance_id)
+    if running is not None:
+        return running, False
+    await client.start_new("agent_loop", instance_id, {"session_id": session_id, "spec": spec.as_json()})
+    return None, True
+
+
+@bp.route(route="sessions/{sessionId}/loops", methods=["POST"])
+@bp.durable_client_input(client_name="client")
+async def declare_loop(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
+    try:
+        session_id = inputs.session_id(req.route_params.get("sessionId"))
+        spec = loops.parse_spec(inputs.json_object(req.get_body()), datetime.now(UTC))
+        instance_id = loops.loop_instance_id(session_id, spec.loop_id)
+        running, _ = await ensure_loop(client, session_id, spec)
+        if running is not None:
+            if _object(running.input_).get("spec") != spec.as_json():
+                raise ConflictError("loop_exists", f"loop {spec.loop_id!r} runs with another declaration", "loopId")
+            return reply({**_view(session_id, running), "duplicate": True}, 200)
+    except KernelError as exc:
+        return failure(exc)
+    return reply(
+        {"sessionId": session_id, "loopId": spec.loop_id, "instanceId": instance_id,
+         "loop": spec.as_json(), "duplicate": False},
+        202,
+    )
+
+
+@bp.route(route="sessions/{sessionId}/loops", methods=["GET"])
+@bp.durable_client_input(client_name="client")
+async def list_loops(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
+    try:
+        session_id = inputs.session_id(req.route_params.get("sessionId"))
+    except KernelError as exc:
+        return failure(exc)
+    found = await client.get_status_by(instance_id_prefix=loops.loop_prefix(session_id))
+    views = sorted((_view(session_id, s) for s in found), key=lambda v: v["loopId"])
+    return reply({"sessionId": session_id, "loops": views})
+
+
+async def _control(req: func.HttpRequest, client: df.DurableOrchestrationClient, action: str) -> func.HttpResponse:
+    try:
+        session_id = inputs.session_id(req.route_params.get("sessionId"))
+        loop_id = ids.validate_key(req.route_params.get("loopId"), "loopId")
+        loops.control({}, action)
+        instance_id = loops.loop_instance_id(session_id, loop_id)
+        if await _live(client, instance_id) is None:
+            raise NotFoundError("loop_not_found", f"no running loop {loop_id!r}", "loopId")
+        await client.raise_event(instance_id, loops.CONTROL_EVENT, {"action": action})
+    except KernelError as exc:
+        return failure(exc)
+    return reply({"sessionId": session_id, "loopId": loop_id, "action": action}, 202)
+
+
+@bp.route(route="sessions/{sessionId}/loops/{loopId}/{action}", methods=["POST"])
+@bp.durable_client_input(client_name="client")
+async def control_loop(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
+    action = str(req.route_params.get("action") or "")
+    if action not in ("pause", "resume"):
+        return failure(NotFoundError("unknown_action", "use pause or resume", "action"))
+    return await _control(req, client, action)
+
+
+@bp.route(route="sessions/{sessionId}/loops/{loopId}", methods=["DELETE"])
+@bp.durable_client_input(client_name="client")
+async def delete_loop(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
+    return await _control(req, client, "delete")
+
+
+@bp.timer_trigger(schedule="0 0 3 * * *", arg_name="timer", run_on_startup=True)
+@bp.durable_client_input(client_name="client")
+async def declare_configured_loops(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
+    """Start the loops of ``AGENT_LOOPS`` that do not run; a bad entry is logged, not fatal."""
+    raw = os.environ.get("AGENT_LOOPS", "").strip()
+    if not raw:
+        return
+    try:
+        declared = json.loads(raw)
+    except ValueError:
+        log.error("AGENT_LOOPS is not JSON; no configured loop was started")
+        return
+    for number, entry in enumerate(declared if isinstance(declared, list) else [declared]):
+        try:
+            body = dict(entry)
+            session_id = inputs.session_id(body.pop("sessionId", None))
+            spec = loops.parse_spec(body, datetime.now(UTC))
+            _, started = await ensure_loop(client, session_id, spec)
+        except (KernelError, TypeError, ValueError) as exc:
+            log.error("AGENT_LOOPS entry %d is not a valid loop: %s", number, exc)
+            continue
+        if started:
+            log.info("started configured loop %s of session %s", spec.loop_id, session_id)

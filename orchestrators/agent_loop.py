@@ -1,0 +1,91 @@
+"""``agent_loop``: a cron-driven agent loop, one eternal orchestration per loop.
+
+Instance id ``loop:{session}:{loop}`` (``kernel/loops.py``). Each execution sleeps on a durable
+timer until the next occurrence - raced with the control event, so pause, resume and delete
+take effect at once - submits the loop's prompt as an ordinary submission of the session with
+the request id ``loop:{loop}:{occurrence}`` (``loop_submit``), and continues as new, so the
+history stays one occurrence long however long the loop lives.
+
+Why an orchestration and not a timer trigger: loops are declared per session at run time,
+while a timer trigger is fixed in the app's code; an orchestration with durable timers
+deploys unchanged to Azure Functions (any Durable backend) and to the durable host, costs no
+process while it sleeps, and its state (paused, last occurrence, runs) is its input.
+
+A loop woken late (the host was down) submits the occurrence it slept for once and plans the
+next one from now: missed slots are not replayed one by one. A paused loop waits for the
+control event, bounded by a week, after which it continues as new, still paused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import azure.durable_functions as df
+
+from kernel import loops
+from kernel.errors import ValidationError
+from orchestrators.steps import event_or_deadline, event_payload, set_status
+
+bp = df.Blueprint()
+PAUSED_WAIT = timedelta(days=7)
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _parse(text: Any) -> datetime | None:
+    return datetime.fromisoformat(text) if isinstance(text, str) else None
+
+
+@bp.orchestration_trigger(context_name="context")
+def agent_loop(context: df.DurableOrchestrationContext) -> Generator[Any, Any, Any]:
+    job: dict[str, Any] = context.get_input()
+    spec = loops.spec_from_json(job["spec"])
+    now = _aware(context.current_utc_datetime)
+    previous = _parse(job.get("previous"))
+    state = {"paused": bool(job.get("paused")), "deleted": False}
+    runs = int(job.get("runs") or 0)
+    last = job.get("last_submission")
+    due = None if state["paused"] else loops.next_occurrence(spec, now, previous)
+    set_status(
+        context,
+        "paused" if state["paused"] else "sleeping",
+        loop=spec.as_json(),
+        next=loops.format_occurrence(due) if due else None,
+        runs=runs,
+        last_submission=last,
+    )
+    raised, payload = yield from event_or_deadline(
+        context, loops.CONTROL_EVENT, due or now + PAUSED_WAIT
+    )
+    if raised:
+        try:
+            state = loops.control(state, event_payload(payload).get("action"))
+        except ValidationError:
+            pass  # the API validates actions; anything else is ignored, not fatal
+    elif due is not None:
+        last = yield context.call_activity(
+            "loop_submit",
+            {
+                "session_id": job["session_id"],
+                "request_id": loops.occurrence_request_id(spec.loop_id, due),
+                "prompt": spec.prompt,
+            },
+        )
+        previous, runs = due, runs + 1
+    if state["deleted"]:
+        set_status(context, "deleted", loop=spec.as_json(), runs=runs, last_submission=last)
+        return {"deleted": True, "runs": runs}
+    context.continue_as_new(
+        {
+            **job,
+            "paused": state["paused"],
+            "previous": loops.format_occurrence(previous) if previous else None,
+            "runs": runs,
+            "last_submission": last,
+        }
+    )
+    return None

@@ -1,0 +1,93 @@
+"""Agent loops end to end: a cron-driven prompt submitted as ordinary submissions, each
+occurrence once by its request id; pause, resume and delete; bad declarations refused.
+
+The loop runs every two seconds so the test sees two occurrences in a few seconds; every
+wait is bounded and nothing asserts on durations.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kernel import ids
+from tests.app.test_sessions_api import final, submit, view
+from tests.harness import HostProcess, wait_for
+
+SESSION = "looping"
+
+
+def loops_of(host: HostProcess, session: str = SESSION) -> dict[str, dict[str, Any]]:
+    resp = host.get(f"/api/sessions/{session}/loops")
+    assert resp.status == 200, resp.body
+    return {loop["loopId"]: loop for loop in resp.json()["loops"]}
+
+
+def in_state(
+    host: HostProcess, loop_id: str, state: str, runs: int = 0, session: str = SESSION
+) -> dict[str, Any] | None:
+    loop = loops_of(host, session).get(loop_id)
+    return loop if loop and loop["state"] == state and loop["runs"] >= runs else None
+
+
+def test_a_loop_submits_each_occurrence_once_and_obeys_pause_resume_delete(
+    kernel_host: HostProcess,
+) -> None:
+    declaration = {"loopId": "digest", "schedule": "*/2 * * * * *", "prompt": "daily digest"}
+    resp = kernel_host.post(f"/api/sessions/{SESSION}/loops", declaration)
+    assert resp.status == 202, resp.body
+    again = kernel_host.post(f"/api/sessions/{SESSION}/loops", declaration)
+    assert again.status in (200, 202) and (again.status == 202 or again.json()["duplicate"])
+    other = kernel_host.post(f"/api/sessions/{SESSION}/loops", {**declaration, "prompt": "x"})
+    assert other.status == 409 and other.json()["error"] == "loop_exists"
+
+    loop = wait_for(lambda: in_state(kernel_host, "digest", "sleeping", runs=2), 40, "two runs")
+    last = loop["lastSubmission"]
+    assert last["ok"] and last["request_id"].startswith("loop:digest:")
+    # A doubled occurrence (the same request id again) is the same submission.
+    dup = submit(kernel_host, SESSION, last["request_id"], "daily digest").json()
+    assert dup["duplicate"] is True and dup["submissionId"] == last["submission_id"]
+    assert final(kernel_host, SESSION, last["submission_id"])["status"] == "completed"
+    # The runs are ordinary submissions of the session, each with its occurrence's request id.
+    held = view(kernel_host, SESSION)["submissions"]
+    assert held[last["submission_id"]]["request_id"] == last["request_id"]
+    loop_runs = [s for s in held.values() if s["request_id"].startswith("loop:digest:")]
+    assert len(loop_runs) >= 2
+    assert len({s["request_id"] for s in loop_runs}) == len(loop_runs)
+
+    assert kernel_host.post(f"/api/sessions/{SESSION}/loops/digest/pause").status == 202
+    paused = wait_for(lambda: in_state(kernel_host, "digest", "paused"), 20, "paused")
+    assert paused["next"] is None
+    assert kernel_host.post(f"/api/sessions/{SESSION}/loops/digest/resume").status == 202
+    wait_for(lambda: in_state(kernel_host, "digest", "sleeping", paused["runs"] + 1), 30, "resumed")
+    assert kernel_host.request("DELETE", f"/api/sessions/{SESSION}/loops/digest").status == 202
+    kernel_host.wait_for_status(ids.validate_instance_id("loop:looping:digest"))
+    assert loops_of(kernel_host)["digest"]["state"] == "deleted"
+    assert kernel_host.post(f"/api/sessions/{SESSION}/loops/digest/pause").status == 404
+
+
+def test_a_bad_loop_declaration_names_its_field(kernel_host: HostProcess) -> None:
+    base = {"loopId": "bad", "schedule": "0 0 9 * * *", "prompt": "p"}
+    for change, field in (
+        ({"schedule": "61 * * * * *"}, "schedule"),
+        ({"schedule": "0 0 0 30 2 *"}, "schedule"),
+        ({"timeZone": "Mars/Base"}, "timeZone"),
+        ({"prompt": ""}, "prompt"),
+        ({"loopId": "a b"}, "loopId"),
+        ({"extra": 1}, "extra"),
+    ):
+        resp = kernel_host.post(f"/api/sessions/{SESSION}/loops", {**base, **change})
+        assert resp.status == 400, (change, resp.body)
+        assert resp.json()["field"] == field, resp.body
+    assert "bad" not in loops_of(kernel_host)
+
+
+def test_loops_declared_by_setting_start_with_the_app(fresh_kernel_host) -> None:
+    configured = [
+        {"sessionId": "configured", "loopId": "nightly", "schedule": "0 0 2 * * *", "prompt": "p"},
+        {"sessionId": "configured", "loopId": "broken", "schedule": "nope", "prompt": "p"},
+    ]
+    host = fresh_kernel_host({"AGENT_LOOPS": json.dumps(configured)}).start()
+    found = wait_for(lambda: in_state(host, "nightly", "sleeping", session="configured"), 30, "loop")
+    assert found["loop"]["schedule"] == "0 0 2 * * *"
+    assert "broken" not in loops_of(host, "configured")

@@ -1,0 +1,68 @@
+"""Agent loops, the pure part: declarations, ids, occurrences, control."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from durable_host import ncrontab
+from kernel import cron, loops
+from kernel.errors import ValidationError
+
+NOW = datetime(2026, 1, 1, 8, 0, 1, tzinfo=UTC)
+
+
+def test_a_declaration_becomes_a_spec_and_its_occurrences() -> None:
+    spec = loops.parse_spec(
+        {"loopId": "digest", "schedule": "0 0 9 * * *", "prompt": "p", "timeZone": "Europe/Berlin"},
+        NOW,
+    )
+    due = loops.next_occurrence(spec, NOW)
+    assert due == datetime(2026, 1, 2, 8, tzinfo=UTC)  # 09:00 in Berlin
+    assert loops.occurrence_request_id("digest", due) == "loop:digest:2026-01-02T08:00:00Z"
+    assert loops.loop_instance_id("s1", "digest") == "loop:s1:digest"
+    assert loops.spec_from_json(spec.as_json()) == spec
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"schedule": "* * *"}, "schedule"),
+        ({"schedule": "0 0 0 30 2 *"}, "schedule"),
+        ({"timeZone": "Nowhere/Land"}, "timeZone"),
+        ({"prompt": " "}, "prompt"),
+        ({"loopId": "no spaces"}, "loopId"),
+        ({"tools": "calculator"}, "tools"),
+        ({"policy": []}, "policy"),
+        ({"surprise": True}, "surprise"),
+    ],
+)
+def test_a_bad_declaration_names_its_field(change: dict[str, object], field: str) -> None:
+    body = {"loopId": "l", "schedule": "0 0 9 * * *", "prompt": "p", **change}
+    with pytest.raises(ValidationError) as caught:
+        loops.parse_spec(body, NOW)
+    assert caught.value.field == field
+
+
+def test_control_pauses_resumes_and_deletes() -> None:
+    assert loops.control({}, "pause") == {"paused": True, "deleted": False}
+    assert loops.control({"paused": True}, "resume") == {"paused": False, "deleted": False}
+    assert loops.control({"paused": True}, "delete")["deleted"] is True
+    with pytest.raises(ValidationError):
+        loops.control({}, "explode")
+
+
+@pytest.mark.parametrize(
+    "expression", ["*/7 * * * * *", "0 30 9 * * Mon-Fri", "0 0 0 29 2 *", "0 15 2 * * *", "01:30:00"]
+)
+def test_the_kernel_cron_agrees_with_the_host(expression: str) -> None:
+    """The app cannot import its host, so it has its own copy: the two must not drift."""
+    for zone in ("UTC", "Europe/Berlin", "America/New_York"):
+        app = cron.parse(expression, cron.time_zone(zone))
+        host = ncrontab.parse(expression, ncrontab.time_zone(zone))
+        moment = NOW
+        for _ in range(20):
+            expected = host.next_after(moment)
+            assert app.next_after(moment) == expected
+            moment = (expected or moment) + timedelta(seconds=1)
