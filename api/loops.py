@@ -23,12 +23,14 @@ import azure.durable_functions as df
 import azure.functions as func
 from azure.durable_functions.models.OrchestrationRuntimeStatus import OrchestrationRuntimeStatus
 
-from api import inputs
+from api import inputs, principals
 from api.replies import failure, reply
+from entities.session_pages import read_head
 from kernel import ids, loops
 from kernel.errors import ConflictError, KernelError, NotFoundError
 
 bp = df.Blueprint()
+LEVEL = func.AuthLevel.FUNCTION  # as every sessions route (docs/security.md)
 log = logging.getLogger("agent.loops")
 LIVE = (OrchestrationRuntimeStatus.Pending, OrchestrationRuntimeStatus.Running)
 
@@ -78,11 +80,19 @@ async def ensure_loop(
     return None, True
 
 
-@bp.route(route="sessions/{sessionId}/loops", methods=["POST"])
+async def visible_session(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> str:
+    """The route's session id, as a 404 when the session belongs to another principal (the
+    loops of a session are as private as the session: docs/security.md)."""
+    session_id = inputs.session_id(req.route_params.get("sessionId"))
+    principals.check(principals.caller(req), await read_head(client, session_id), session_id)
+    return session_id
+
+
+@bp.route(route="sessions/{sessionId}/loops", methods=["POST"], auth_level=LEVEL)
 @bp.durable_client_input(client_name="client")
 async def declare_loop(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
     try:
-        session_id = inputs.session_id(req.route_params.get("sessionId"))
+        session_id = await visible_session(req, client)
         spec = loops.parse_spec(inputs.json_object(req.get_body()), datetime.now(UTC))
         instance_id = loops.loop_instance_id(session_id, spec.loop_id)
         running, _ = await ensure_loop(client, session_id, spec)
@@ -99,11 +109,11 @@ async def declare_loop(req: func.HttpRequest, client: df.DurableOrchestrationCli
     )
 
 
-@bp.route(route="sessions/{sessionId}/loops", methods=["GET"])
+@bp.route(route="sessions/{sessionId}/loops", methods=["GET"], auth_level=LEVEL)
 @bp.durable_client_input(client_name="client")
 async def list_loops(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
     try:
-        session_id = inputs.session_id(req.route_params.get("sessionId"))
+        session_id = await visible_session(req, client)
     except KernelError as exc:
         return failure(exc)
     found = await client.get_status_by(instance_id_prefix=loops.loop_prefix(session_id))
@@ -113,7 +123,7 @@ async def list_loops(req: func.HttpRequest, client: df.DurableOrchestrationClien
 
 async def _control(req: func.HttpRequest, client: df.DurableOrchestrationClient, action: str) -> func.HttpResponse:
     try:
-        session_id = inputs.session_id(req.route_params.get("sessionId"))
+        session_id = await visible_session(req, client)
         loop_id = ids.validate_key(req.route_params.get("loopId"), "loopId")
         loops.control({}, action)
         instance_id = loops.loop_instance_id(session_id, loop_id)
@@ -125,7 +135,9 @@ async def _control(req: func.HttpRequest, client: df.DurableOrchestrationClient,
     return reply({"sessionId": session_id, "loopId": loop_id, "action": action}, 202)
 
 
-@bp.route(route="sessions/{sessionId}/loops/{loopId}/{action}", methods=["POST"])
+@bp.route(
+    route="sessions/{sessionId}/loops/{loopId}/{action}", methods=["POST"], auth_level=LEVEL
+)
 @bp.durable_client_input(client_name="client")
 async def control_loop(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
     action = str(req.route_params.get("action") or "")
@@ -134,7 +146,7 @@ async def control_loop(req: func.HttpRequest, client: df.DurableOrchestrationCli
     return await _control(req, client, action)
 
 
-@bp.route(route="sessions/{sessionId}/loops/{loopId}", methods=["DELETE"])
+@bp.route(route="sessions/{sessionId}/loops/{loopId}", methods=["DELETE"], auth_level=LEVEL)
 @bp.durable_client_input(client_name="client")
 async def delete_loop(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
     return await _control(req, client, "delete")

@@ -241,6 +241,7 @@ def test_an_oversized_input_is_refused_on_its_declared_length_before_any_body_is
 
 def test_a_flood_of_malformed_requests_is_answered_400_and_logged_in_a_few_lines(host):
     port = int(host.base_url.rsplit(":", 1)[1])
+    before = len(host.log_path.read_text().splitlines()) if host.log_path else 0  # start-up
     garbage = [b"\x16\x03\x01 not http\r\n\r\n", b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
                b"GET /" + b"a" * 10_000 + b" HTTP/1.1\r\n\r\n"]
 
@@ -253,7 +254,7 @@ def test_a_flood_of_malformed_requests_is_answered_400_and_logged_in_a_few_lines
     assert host.get("/admin/host/status").json() == {"state": "Running"}
     log = host.log_path.read_text() if host.log_path else ""
     assert "refused malformed HTTP requests" in log
-    assert log.count("Traceback") == 0 and len(log.splitlines()) < 20
+    assert log.count("Traceback") == 0 and len(log.splitlines()) - before < 20
 
 
 async def _chunked_upload(port: int, total: int) -> bytes:
