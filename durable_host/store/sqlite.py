@@ -472,59 +472,45 @@ class SqliteStore:
 
         return await self._write("purge_many", body)
 
-    # --- host secrets ---------------------------------------------------------------------
+    # --- host secrets and timer-trigger schedules: named values, changed by compare-and-swap ---
 
     async def get_secret(self, name: str) -> str | None:
-        def body(db: sqlite3.Connection) -> str | None:
-            row = db.execute("SELECT value FROM host_secrets WHERE name=?", (name,)).fetchone()
-            return None if row is None else str(row[0])
-
-        return await self._run(body)
+        return await self._get_named("host_secrets", name)
 
     async def swap_secret(self, name: str, expected: str | None, value: str) -> bool:
-        # Its own transaction, not ``_tx``: a key change is no episode, so it must not count
-        # towards the ``store.before_commit`` fault point that crash tests aim at, and a tool
-        # beside the host (read-only: no ownership) must be able to make it.
-        def swap(db: sqlite3.Connection) -> bool:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                row = db.execute("SELECT value FROM host_secrets WHERE name=?", (name,)).fetchone()
-                if (None if row is None else row[0]) != expected:
-                    db.execute("ROLLBACK")
-                    return False
-                db.execute(
-                    "INSERT OR REPLACE INTO host_secrets (name, value) VALUES (?,?)", (name, value)
-                )
-                db.execute("COMMIT")
-            except BaseException as exc:
-                self._rollback(db, exc)
-                raise
-            return True
-
-        return await self._run(swap)
-
-    # --- timer-trigger schedules --------------------------------------------------------
+        # Unfenced: a tool beside the host (read-only: no ownership) must be able to change keys.
+        return await self._swap_named("host_secrets", name, expected, value, fenced=False)
 
     async def get_schedule(self, name: str) -> str | None:
+        return await self._get_named("schedules", name)
+
+    async def swap_schedule(self, name: str, expected: str | None, value: str) -> bool:
+        # Fenced like every write of the owner: a stale host must not claim an occurrence.
+        return await self._swap_named("schedules", name, expected, value, fenced=True)
+
+    async def _get_named(self, table: str, name: str) -> str | None:
         def body(db: sqlite3.Connection) -> str | None:
-            row = db.execute("SELECT value FROM schedules WHERE name=?", (name,)).fetchone()
+            row = db.execute(f"SELECT value FROM {table} WHERE name=?", (name,)).fetchone()
             return None if row is None else str(row[0])
 
         return await self._run(body)
 
-    async def swap_schedule(self, name: str, expected: str | None, value: str) -> bool:
-        # Fenced like every write of the owner, but outside ``_tx``: claiming an occurrence
-        # is no episode, so it must not count towards the crash tests' commit fault point.
+    async def _swap_named(
+        self, table: str, name: str, expected: str | None, value: str, *, fenced: bool
+    ) -> bool:
+        # Its own transaction, not ``_tx``: a key change or a claimed occurrence is no episode,
+        # so it must not count towards the ``store.before_commit`` fault point of crash tests.
         def swap(db: sqlite3.Connection) -> bool:
             db.execute("BEGIN IMMEDIATE")
             try:
-                self._owner.fence(db)
-                row = db.execute("SELECT value FROM schedules WHERE name=?", (name,)).fetchone()
+                if fenced:
+                    self._owner.fence(db)
+                row = db.execute(f"SELECT value FROM {table} WHERE name=?", (name,)).fetchone()
                 if (None if row is None else row[0]) != expected:
                     db.execute("ROLLBACK")
                     return False
                 db.execute(
-                    "INSERT OR REPLACE INTO schedules (name, value) VALUES (?,?)", (name, value)
+                    f"INSERT OR REPLACE INTO {table} (name, value) VALUES (?,?)", (name, value)
                 )
                 db.execute("COMMIT")
             except BaseException as exc:
