@@ -100,11 +100,24 @@ class NoAnswer(Exception):
         self.message = message
 
 
-def envelope(kind: str, *, code: str | None = None, receipt: dict[str, Any] | None = None,
-             retry_after: float | None = None, message: str | None = None,
-             maybe_sent: bool = False) -> dict[str, Any]:
-    return {"ok": kind == "accepted", "kind": kind, "code": code, "receipt": receipt,
-            "retry_after": retry_after, "message": message, "maybe_sent": maybe_sent}
+def envelope(
+    kind: str,
+    *,
+    code: str | None = None,
+    receipt: dict[str, Any] | None = None,
+    retry_after: float | None = None,
+    message: str | None = None,
+    maybe_sent: bool = False,
+) -> dict[str, Any]:
+    return {
+        "ok": kind == "accepted",
+        "kind": kind,
+        "code": code,
+        "receipt": receipt,
+        "retry_after": retry_after,
+        "message": message,
+        "maybe_sent": maybe_sent,
+    }
 
 
 def receipt_of(message: dict[str, Any], source: str) -> dict[str, Any]:
@@ -128,11 +141,17 @@ def classify_send(answer: Answer) -> dict[str, Any]:
     if status in (429, 503):
         # 429 proves the request was not processed; a 503 may come from a gateway in front
         # of a service that did process it, so only a query can settle that.
-        return envelope("transient", code=code, retry_after=answer.retry_after, message=message,
-                        maybe_sent=status == 503)
+        return envelope(
+            "transient",
+            code=code,
+            retry_after=answer.retry_after,
+            message=message,
+            maybe_sent=status == 503,
+        )
     if status == 408 or status >= 500 or status < 400:
-        return envelope("unknown", code=code, retry_after=answer.retry_after, message=message,
-                        maybe_sent=True)
+        return envelope(
+            "unknown", code=code, retry_after=answer.retry_after, message=message, maybe_sent=True
+        )
     return envelope("rejected", code=code, message=message)
 
 
@@ -142,12 +161,16 @@ def classify_query(answer: Answer) -> dict[str, Any]:
     if answer.status == 200 and body.get("found") is True and isinstance(body.get("message"), dict):
         return envelope("accepted", receipt=receipt_of(body["message"], "confirm"))
     if answer.status == 200 and body.get("found") is False:
-        return envelope("rejected", code="not_found",
-                        message="the service never accepted this operation id")
+        return envelope(
+            "rejected", code="not_found", message="the service never accepted this operation id"
+        )
     kind = "transient" if answer.status in (429, 503) else "unknown"
-    return envelope(kind, code=str(body.get("error") or f"http_{answer.status}"),
-                    retry_after=answer.retry_after,
-                    message=str(body.get("message") or f"HTTP {answer.status}"))
+    return envelope(
+        kind,
+        code=str(body.get("error") or f"http_{answer.status}"),
+        retry_after=answer.retry_after,
+        message=str(body.get("message") or f"HTTP {answer.status}"),
+    )
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
@@ -165,8 +188,13 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
     return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
 
 
-def exchange(config: MailConfig, method: str, path: str, payload: Any = None,
-             headers: dict[str, str] | None = None) -> Answer:
+def exchange(
+    config: MailConfig,
+    method: str,
+    path: str,
+    payload: Any = None,
+    headers: dict[str, str] | None = None,
+) -> Answer:
     """One HTTP request (blocking); raises ``NoAnswer`` when no answer came."""
     data = json.dumps(payload).encode() if payload is not None else None
     all_headers = {"Accept": "application/json", **(headers or {})}
@@ -177,11 +205,15 @@ def exchange(config: MailConfig, method: str, path: str, payload: Any = None,
     request = urllib.request.Request(config.base_url + path, data, all_headers, method=method)
     try:
         with urllib.request.urlopen(request, timeout=config.timeout) as response:
-            return Answer(response.status, _json(response.read()),
-                          parse_retry_after(response.headers.get("Retry-After")))
+            return Answer(
+                response.status,
+                _json(response.read()),
+                parse_retry_after(response.headers.get("Retry-After")),
+            )
     except urllib.error.HTTPError as err:
-        return Answer(err.code, _json(err.read()),
-                      parse_retry_after(err.headers.get("Retry-After")))
+        return Answer(
+            err.code, _json(err.read()), parse_retry_after(err.headers.get("Retry-After"))
+        )
     except urllib.error.URLError as err:
         raise _no_answer(err.reason) from err
     except (OSError, http.client.HTTPException) as err:
@@ -205,9 +237,7 @@ def _json(raw: bytes) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-async def load_body(
-    client: df.DurableOrchestrationClient, session_id: str, ref: str
-) -> str | None:
+async def load_body(client: df.DurableOrchestrationClient, session_id: str, ref: str) -> str | None:
     """The text behind a body reference: stored content, or a ``note`` document's text."""
     if is_content_ref(ref):
         try:
@@ -242,8 +272,9 @@ async def post(config: MailConfig, job: dict[str, Any], body: str) -> dict[str, 
     try:
         answer = await asyncio.to_thread(exchange, config, "POST", "/messages", payload, headers)
     except NoAnswer as exc:
-        return envelope(exc.kind, code="no_answer", message=exc.message,
-                        maybe_sent=exc.kind == "unknown")
+        return envelope(
+            exc.kind, code="no_answer", message=exc.message, maybe_sent=exc.kind == "unknown"
+        )
     return classify_send(answer)
 
 
@@ -258,23 +289,25 @@ async def send(config: MailConfig, job: dict[str, Any], body: str) -> dict[str, 
 
 
 def not_configured() -> dict[str, Any]:
-    return envelope("rejected", code="mail_not_configured",
-                    message="AGENT_MAIL_BASE_URL is not set: no mail service to send with")
+    return envelope(
+        "rejected",
+        code="mail_not_configured",
+        message="AGENT_MAIL_BASE_URL is not set: no mail service to send with",
+    )
 
 
 @bp.activity_trigger(input_name="job")
 @bp.durable_client_input(client_name="client")
-async def send_mail(
-    job: dict[str, Any], client: df.DurableOrchestrationClient
-) -> dict[str, Any]:
+async def send_mail(job: dict[str, Any], client: df.DurableOrchestrationClient) -> dict[str, Any]:
     """``{session_id, operation_id, to, subject, body_ref}`` -> envelope (see the module)."""
     config = MailConfig.from_env()
     if config is None:
         return not_configured()
     body = await load_body(client, job["session_id"], job["body_ref"])
     if body is None:
-        return envelope("rejected", code="body_not_found",
-                        message=f"no stored body for {job['body_ref']!r}")
+        return envelope(
+            "rejected", code="body_not_found", message=f"no stored body for {job['body_ref']!r}"
+        )
     return await send(config, job, body)
 
 

@@ -39,8 +39,9 @@ def settings_from_env(environ: dict[str, str]) -> tuple[dict[str, Any], dict[str
         try:
             found[name] = json.loads(raw)
         except ValueError:
-            return {}, _error("invalid_setting", f"{SETTING_PREFIX}{name.upper()} is not a number",
-                              "settings")
+            return {}, _error(
+                "invalid_setting", f"{SETTING_PREFIX}{name.upper()} is not a number", "settings"
+            )
     return found, None
 
 
@@ -53,12 +54,14 @@ def check_state(state: dict[str, Any] | None, job: dict[str, Any]) -> dict[str, 
     if state is None:
         return _error("session_not_found", f"no session {job['session_id']!r}", "session_id")
     if job["submission_id"] not in (state.get("submissions") or {}):
-        return _error("submission_not_found", f"no submission {job['submission_id']!r}",
-                      "submission_id")
+        return _error(
+            "submission_not_found", f"no submission {job['submission_id']!r}", "submission_id"
+        )
     parent = job.get("tool_task_id")
     if parent is not None and parent not in (state.get("tasks") or {}):
-        return _error("unknown_parent", f"no task {parent!r} to attach the notices to",
-                      "tool_task_id")
+        return _error(
+            "unknown_parent", f"no task {parent!r} to attach the notices to", "tool_task_id"
+        )
     return None
 
 
@@ -67,8 +70,11 @@ async def _missing_body(
 ) -> dict[str, Any] | None:
     if await load_body(client, session_id, ref) is not None:
         return None
-    return _error("body_not_found",
-                  f"{ref!r} names neither stored content nor a note in this session", "body_ref")
+    return _error(
+        "body_not_found",
+        f"{ref!r} names neither stored content nor a note in this session",
+        "body_ref",
+    )
 
 
 @bp.activity_trigger(input_name="job")
@@ -78,8 +84,12 @@ async def notices_prepare(
 ) -> dict[str, Any]:
     """``{session_id, submission_id, tool_task_id, body_ref}`` -> see the module."""
     if MailConfig.from_env() is None:
-        return {"ok": False, "error": _error(
-            "mail_not_configured", "AGENT_MAIL_BASE_URL is not set: no mail service", None)}
+        return {
+            "ok": False,
+            "error": _error(
+                "mail_not_configured", "AGENT_MAIL_BASE_URL is not set: no mail service", None
+            ),
+        }
     settings, problem = settings_from_env(dict(os.environ))
     problem = problem or check_state(await read_session(client, job["session_id"]), job)
     ref = job.get("body_ref")

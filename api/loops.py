@@ -76,7 +76,9 @@ async def ensure_loop(
     running = await _live(client, instance_id)
     if running is not None:
         return running, False
-    await client.start_new("agent_loop", instance_id, {"session_id": session_id, "spec": spec.as_json()})
+    await client.start_new(
+        "agent_loop", instance_id, {"session_id": session_id, "spec": spec.as_json()}
+    )
     return None, True
 
 
@@ -90,7 +92,9 @@ async def visible_session(req: func.HttpRequest, client: df.DurableOrchestration
 
 @bp.route(route="sessions/{sessionId}/loops", methods=["POST"], auth_level=LEVEL)
 @bp.durable_client_input(client_name="client")
-async def declare_loop(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
+async def declare_loop(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient
+) -> func.HttpResponse:
     try:
         session_id = await visible_session(req, client)
         spec = loops.parse_spec(inputs.json_object(req.get_body()), datetime.now(UTC))
@@ -98,20 +102,29 @@ async def declare_loop(req: func.HttpRequest, client: df.DurableOrchestrationCli
         running, _ = await ensure_loop(client, session_id, spec)
         if running is not None:
             if _object(running.input_).get("spec") != spec.as_json():
-                raise ConflictError("loop_exists", f"loop {spec.loop_id!r} runs with another declaration", "loopId")
+                raise ConflictError(
+                    "loop_exists", f"loop {spec.loop_id!r} runs with another declaration", "loopId"
+                )
             return reply({**_view(session_id, running), "duplicate": True}, 200)
     except KernelError as exc:
         return failure(exc)
     return reply(
-        {"sessionId": session_id, "loopId": spec.loop_id, "instanceId": instance_id,
-         "loop": spec.as_json(), "duplicate": False},
+        {
+            "sessionId": session_id,
+            "loopId": spec.loop_id,
+            "instanceId": instance_id,
+            "loop": spec.as_json(),
+            "duplicate": False,
+        },
         202,
     )
 
 
 @bp.route(route="sessions/{sessionId}/loops", methods=["GET"], auth_level=LEVEL)
 @bp.durable_client_input(client_name="client")
-async def list_loops(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
+async def list_loops(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient
+) -> func.HttpResponse:
     try:
         session_id = await visible_session(req, client)
     except KernelError as exc:
@@ -121,7 +134,9 @@ async def list_loops(req: func.HttpRequest, client: df.DurableOrchestrationClien
     return reply({"sessionId": session_id, "loops": views})
 
 
-async def _control(req: func.HttpRequest, client: df.DurableOrchestrationClient, action: str) -> func.HttpResponse:
+async def _control(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient, action: str
+) -> func.HttpResponse:
     try:
         session_id = await visible_session(req, client)
         loop_id = ids.validate_key(req.route_params.get("loopId"), "loopId")
@@ -135,11 +150,11 @@ async def _control(req: func.HttpRequest, client: df.DurableOrchestrationClient,
     return reply({"sessionId": session_id, "loopId": loop_id, "action": action}, 202)
 
 
-@bp.route(
-    route="sessions/{sessionId}/loops/{loopId}/{action}", methods=["POST"], auth_level=LEVEL
-)
+@bp.route(route="sessions/{sessionId}/loops/{loopId}/{action}", methods=["POST"], auth_level=LEVEL)
 @bp.durable_client_input(client_name="client")
-async def control_loop(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
+async def control_loop(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient
+) -> func.HttpResponse:
     action = str(req.route_params.get("action") or "")
     if action not in ("pause", "resume"):
         return failure(NotFoundError("unknown_action", "use pause or resume", "action"))
@@ -148,13 +163,17 @@ async def control_loop(req: func.HttpRequest, client: df.DurableOrchestrationCli
 
 @bp.route(route="sessions/{sessionId}/loops/{loopId}", methods=["DELETE"], auth_level=LEVEL)
 @bp.durable_client_input(client_name="client")
-async def delete_loop(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
+async def delete_loop(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient
+) -> func.HttpResponse:
     return await _control(req, client, "delete")
 
 
 @bp.timer_trigger(schedule="0 0 3 * * *", arg_name="timer", run_on_startup=True)
 @bp.durable_client_input(client_name="client")
-async def declare_configured_loops(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
+async def declare_configured_loops(
+    timer: func.TimerRequest, client: df.DurableOrchestrationClient
+) -> None:
     """Start the loops of ``AGENT_LOOPS`` that do not run; a bad entry is logged, not fatal."""
     raw = os.environ.get("AGENT_LOOPS", "").strip()
     if not raw:

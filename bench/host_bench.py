@@ -66,7 +66,9 @@ def step_times(host: HostProcess, instance_id: str, event_type: str) -> list[flo
     return [(b - a).total_seconds() * 1000 for a, b in zip(parsed, parsed[1:])]
 
 
-def run_to_completion(host: HostProcess, name: str, body: dict, timeout: float = 600) -> tuple[str, float]:
+def run_to_completion(
+    host: HostProcess, name: str, body: dict, timeout: float = 600
+) -> tuple[str, float]:
     started = time.perf_counter()
     instance = host.start_orchestration(name, body)
     host.wait_for_status(instance, timeout=timeout)
@@ -112,7 +114,9 @@ def main() -> None:
     if args.store == "azure":
         from durable_host import azurite
 
-        emulator = azurite.start(None, azurite.free_ports(3), in_memory=True, log=tmp / "azurite.log")
+        emulator = azurite.start(
+            None, azurite.free_ports(3), in_memory=True, log=tmp / "azurite.log"
+        )
         os.environ["AzureWebJobsStorage"] = emulator.connection_string
         unit_ms = azurite_round_trip_ms(emulator.connection_string)
         print(f"one Azurite round trip (table point read, median): {unit_ms:.3f} ms", flush=True)
@@ -144,12 +148,21 @@ def orchestrations(host: HostProcess, args: argparse.Namespace, unit_ms: float) 
     _, fan_s = run_to_completion(host, "fan_out", {"count": args.fan_out})
     replay, commit = after["replay_ms"], after["commit_ms"]
     rows = [
-        ("chain: per step p50 / p99", f"{pct(steps, .5):.2f} / {pct(steps, .99):.2f} ms"),
+        ("chain: per step p50 / p99", f"{pct(steps, 0.5):.2f} / {pct(steps, 0.99):.2f} ms"),
         ("chain: steps/s", f"{args.steps / chain_s:.0f}"),
-        ("chain: SDK replay per episode p50 / p99", f"{replay['p50']:.2f} / {replay['p99']:.2f} ms"),
-        ("chain: store commit per episode p50 / p99", f"{commit['p50']:.2f} / {commit['p99']:.2f} ms"),
-        (f"fan-out {args.fan_out}: total", f"{fan_s:.2f} s ({args.fan_out / fan_s:.0f} activities/s)"),
-        (f"ratio: step p50 / {unit}", f"{pct(steps, .5) / unit_ms:.1f}x"),
+        (
+            "chain: SDK replay per episode p50 / p99",
+            f"{replay['p50']:.2f} / {replay['p99']:.2f} ms",
+        ),
+        (
+            "chain: store commit per episode p50 / p99",
+            f"{commit['p50']:.2f} / {commit['p99']:.2f} ms",
+        ),
+        (
+            f"fan-out {args.fan_out}: total",
+            f"{fan_s:.2f} s ({args.fan_out / fan_s:.0f} activities/s)",
+        ),
+        (f"ratio: step p50 / {unit}", f"{pct(steps, 0.5) / unit_ms:.1f}x"),
         (f"ratio: episode commit p50 / {unit}", f"{commit['p50'] / unit_ms:.1f}x"),
     ]
     if "store_round_trips" in after:
@@ -185,13 +198,19 @@ def entities(host: HostProcess, args: argparse.Namespace, unit_ms: float) -> Non
         list(pool.map(lambda k: signal(host, k), [k for k in keys for _ in range(20)]))
     wait_for(lambda: all(entity_value(host, k) == 20 for k in keys), 300, "all entities", 0.05)
     many_s = time.perf_counter() - started
-    table(f"entities ({args.store} store)", [
-        ("signals/s into one entity (HTTP accept + apply)", f"{args.signals / one_s:.0f}"),
-        ("call round trip from an orchestration p50 / p99", f"{pct(trips, .5):.2f} / {pct(trips, .99):.2f} ms"),
-        ("ops/s across 100 entities", f"{2000 / many_s:.0f}"),
-        (f"ratio: call round trip p50 / {unit}", f"{pct(trips, .5) / unit_ms:.1f}x"),
-        ("references", "Azure Storage ~64 entity ops/s; Netherite ~1,400 signals/s (2 cores)"),
-    ])
+    table(
+        f"entities ({args.store} store)",
+        [
+            ("signals/s into one entity (HTTP accept + apply)", f"{args.signals / one_s:.0f}"),
+            (
+                "call round trip from an orchestration p50 / p99",
+                f"{pct(trips, 0.5):.2f} / {pct(trips, 0.99):.2f} ms",
+            ),
+            ("ops/s across 100 entities", f"{2000 / many_s:.0f}"),
+            (f"ratio: call round trip p50 / {unit}", f"{pct(trips, 0.5) / unit_ms:.1f}x"),
+            ("references", "Azure Storage ~64 entity ops/s; Netherite ~1,400 signals/s (2 cores)"),
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -49,7 +49,9 @@ async def wait_episodes(engine: Engine, count: int, timeout: float) -> None:
         await asyncio.sleep(0.01)  # the last activity's result is in
 
 
-async def measure(engine: Engine, client: DurableClient, instance_id: str, count: int) -> dict[str, float]:
+async def measure(
+    engine: Engine, client: DurableClient, instance_id: str, count: int
+) -> dict[str, float]:
     """Median per-phase milliseconds of the next ``count`` activity-result episodes."""
     for deque_ in engine.timings.values():
         deque_.clear()
@@ -68,7 +70,9 @@ async def measure(engine: Engine, client: DurableClient, instance_id: str, count
 MODES = {"plain": (False, False), "fast": (True, False), "session": (True, True)}
 
 
-async def one_length(steps: int, count: int, folder: Path) -> tuple[int, dict[str, dict[str, float]]]:
+async def one_length(
+    steps: int, count: int, folder: Path
+) -> tuple[int, dict[str, dict[str, float]]]:
     config = config_mod.load(APP)
     store = SqliteStore(folder / f"replay-{steps}.db")
     await store.open()
@@ -95,7 +99,11 @@ async def one_length(steps: int, count: int, folder: Path) -> tuple[int, dict[st
 
 def table(results: list[tuple[int, int, dict[str, dict[str, float]]]]) -> None:
     print("\nper-step cost in ms (median of the measured steps)")
-    print(f"{'steps':>6} {'events':>7} {'mode':>8} " + " ".join(f"{p:>8}" for p in (*PHASES, "total")) + f" {'plain/mode':>11}")
+    print(
+        f"{'steps':>6} {'events':>7} {'mode':>8} "
+        + " ".join(f"{p:>8}" for p in (*PHASES, "total"))
+        + f" {'plain/mode':>11}"
+    )
     for steps, events, by_mode in results:
         plain = by_mode["plain"]["total"]
         for mode, phases in by_mode.items():

@@ -175,15 +175,30 @@ def bench_python() -> Path:
     return python
 
 
-def dbos_round(python: Path, journal: str, tmp: Path, size: dict[str, Any], rep: int) -> dict[str, float]:
+def dbos_round(
+    python: Path, journal: str, tmp: Path, size: dict[str, Any], rep: int
+) -> dict[str, float]:
     db = tmp / f"dbos-{journal}-{rep}.sqlite"
     result = subprocess.run(
         [
-            str(python), str(ROOT / "bench" / "dbos_workloads.py"), "--db", str(db),
-            "--journal", journal, "--chain", str(size["chain"]),
-            "--fan-out", str(size["fan_out"]), "--many", f"{size['many']}x5",
+            str(python),
+            str(ROOT / "bench" / "dbos_workloads.py"),
+            "--db",
+            str(db),
+            "--journal",
+            journal,
+            "--chain",
+            str(size["chain"]),
+            "--fan-out",
+            str(size["fan_out"]),
+            "--many",
+            f"{size['many']}x5",
         ],
-        capture_output=True, text=True, timeout=900, cwd=tmp, check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp,
+        check=True,
     )
     raw = json.loads(result.stdout.strip().splitlines()[-1])
     return {
@@ -221,14 +236,21 @@ def main() -> int:
     emulator = None
     contestants: dict[str, Callable[[int], dict[str, float]]] = {}
     hosts: dict[str, HostProcess] = {}
-    for name, env in (("ours_sqlite", {}), ("ours_sqlite_sessions", {"DURABLE_HOST_SESSIONS": "1"})):
+    for name, env in (
+        ("ours_sqlite", {}),
+        ("ours_sqlite_sessions", {"DURABLE_HOST_SESSIONS": "1"}),
+    ):
         hosts[name] = HostProcess(ROOT / "bench" / "app", f"sqlite:{tmp / name}.db", env=env)
     if not args.no_azure:
         from durable_host import azurite
 
-        emulator = azurite.start(None, azurite.free_ports(3), in_memory=True, log=tmp / "azurite.log")
+        emulator = azurite.start(
+            None, azurite.free_ports(3), in_memory=True, log=tmp / "azurite.log"
+        )
         os.environ["AzureWebJobsStorage"] = emulator.connection_string
-        floors["azurite_round_trip_ms"] = host_bench.azurite_round_trip_ms(emulator.connection_string)
+        floors["azurite_round_trip_ms"] = host_bench.azurite_round_trip_ms(
+            emulator.connection_string
+        )
         hosts["ours_azure"] = HostProcess(ROOT / "bench" / "app", "azure")
     for name, host in hosts.items():
         host.start()
@@ -236,14 +258,14 @@ def main() -> int:
         contestants[name] = lambda rep, host=host: host_round(host, size)
     floors["loopback_http_ms"] = loopback_ms(hosts["ours_sqlite"])
     for journal in ("delete", "wal"):
-        contestants[f"dbos_{journal}"] = (
-            lambda rep, journal=journal: dbos_round(python, journal, tmp, size, rep)
+        contestants[f"dbos_{journal}"] = lambda rep, journal=journal: dbos_round(
+            python, journal, tmp, size, rep
         )
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in contestants}
     names = list(contestants)
     try:
         for rep in range(reps):
-            order = names[rep % len(names):] + names[: rep % len(names)]
+            order = names[rep % len(names) :] + names[: rep % len(names)]
             for name in order:
                 if name == "ours_azure" and rep >= args.azure_reps:
                     continue

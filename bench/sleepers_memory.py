@@ -84,7 +84,9 @@ def main() -> None:
         rows.append((f"fresh host, {args.instances} asleep in its store", memory_kib(host)))
         host.stop()
 
-    print(f"\nstarted {args.instances} sleepers in {seconds:.1f}s ({args.instances / seconds:.0f}/s)")
+    print(
+        f"\nstarted {args.instances} sleepers in {seconds:.1f}s ({args.instances / seconds:.0f}/s)"
+    )
     print(f"{'host':<44} {'RSS MiB':>8} {'peak MiB':>9}")
     for label, values in rows:
         print(f"{label:<44} {values['VmRSS'] / 1024:>8.1f} {values['VmHWM'] / 1024:>9.1f}")

@@ -35,7 +35,9 @@ FINAL = ("completed", "failed", "cancelled")
 
 def http(method: str, url: str, body: Any = None, timeout: float = 70.0) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read()
@@ -65,7 +67,7 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 def task_label(task_id: str) -> str:
     """What follows the submission id: ``turn``, ``run:round-2``, ``tool:3:0:notices:mail-4``."""
     match = _UUID.search(task_id)
-    rest = task_id[match.end():].lstrip(":") if match else task_id
+    rest = task_id[match.end() :].lstrip(":") if match else task_id
     return rest or "turn"
 
 
@@ -104,7 +106,9 @@ def describe(item: dict[str, Any], view: dict[str, Any]) -> str | None:
 def follow(base: str, session_id: str, submission_id: str, deadline: float) -> dict[str, Any]:
     cursor = 0
     while time.monotonic() < deadline:
-        status, page = http("GET", f"{base}/api/sessions/{session_id}/changes?after={cursor}&wait=20")
+        status, page = http(
+            "GET", f"{base}/api/sessions/{session_id}/changes?after={cursor}&wait=20"
+        )
         if status == 404:
             time.sleep(0.1)  # the session entity is created by the first commit
             continue
@@ -134,11 +138,45 @@ def main() -> int:
     state = Path(args.state_dir)
     state.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    mailbox, mail_url = spawn([sys.executable, "-m", "services.mailbox", "serve", "--db", str(state / "mailbox.db"), "--port", "0"], env)
-    env.update({"AGENT_MAIL_BASE_URL": mail_url, "AGENT_STATE_STORE": "file", "AGENT_CONTENT_DIR": str(state / "content"),
-                "AGENT_LEDGER_DIR": str(state / "ledger"), "AGENT_TOOL_LEDGER_FILE": str(state / "tool-ledger.txt")})
-    host, base = spawn([sys.executable, "-m", "durable_host", "start", "--app-dir", str(ROOT), "--port", str(args.port),
-                        "--store", f"sqlite:{state / 'AgentKernel.db'}", "--log-level", "WARNING"], env)
+    mailbox, mail_url = spawn(
+        [
+            sys.executable,
+            "-m",
+            "services.mailbox",
+            "serve",
+            "--db",
+            str(state / "mailbox.db"),
+            "--port",
+            "0",
+        ],
+        env,
+    )
+    env.update(
+        {
+            "AGENT_MAIL_BASE_URL": mail_url,
+            "AGENT_STATE_STORE": "file",
+            "AGENT_CONTENT_DIR": str(state / "content"),
+            "AGENT_LEDGER_DIR": str(state / "ledger"),
+            "AGENT_TOOL_LEDGER_FILE": str(state / "tool-ledger.txt"),
+        }
+    )
+    host, base = spawn(
+        [
+            sys.executable,
+            "-m",
+            "durable_host",
+            "start",
+            "--app-dir",
+            str(ROOT),
+            "--port",
+            str(args.port),
+            "--store",
+            f"sqlite:{state / 'AgentKernel.db'}",
+            "--log-level",
+            "WARNING",
+        ],
+        env,
+    )
     try:
         return run(base, mail_url, args.exit)
     finally:
@@ -151,7 +189,11 @@ def run(base: str, mail_url: str, exit_when_done: bool) -> int:
     session_id = f"demo-{int(time.time())}"
     print(f"durable host on {base}, mail service on {mail_url}")
     print(f"session {session_id}: {REQUEST}\n")
-    status, accepted = http("POST", f"{base}/api/sessions/{session_id}/submissions", {"requestId": "demo-1", "text": REQUEST})
+    status, accepted = http(
+        "POST",
+        f"{base}/api/sessions/{session_id}/submissions",
+        {"requestId": "demo-1", "text": REQUEST},
+    )
     if status != 202:
         raise SystemExit(f"submission refused: {status} {accepted}")
     sub = follow(base, session_id, accepted["submissionId"], time.monotonic() + 300)

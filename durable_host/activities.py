@@ -80,7 +80,9 @@ async def _dispatch(
         return await _http_call(json.loads(work.input_json or "{}"))
     info = index.activity(work.name)
     if info is None:
-        raise LookupError(f"The function '{work.name}' doesn't exist, is disabled, or is not an activity function.")
+        raise LookupError(
+            f"The function '{work.name}' doesn't exist, is disabled, or is not an activity function."
+        )
     if info.disabled:
         raise LookupError(f"The function '{work.name}' is disabled.")
     value = ActivityTriggerConverter.decode(
@@ -102,12 +104,15 @@ async def _http_call(request: dict[str, Any]) -> str:
             f"{request['tokenSource'].get('resource')!r}."
         )
     content = request.get("content")
-    async with aiohttp.ClientSession() as session, session.request(
-        request.get("method", "GET"),
-        request["uri"],
-        data=content.encode() if isinstance(content, str) else None,
-        headers=request.get("headers") or None,
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(
+            request.get("method", "GET"),
+            request["uri"],
+            data=content.encode() if isinstance(content, str) else None,
+            headers=request.get("headers") or None,
+        ) as response,
+    ):
         body = await response.text()
         headers: dict[str, Any] = {}
         for key in response.headers:

@@ -89,7 +89,9 @@ class ActivityRunner:
             if work is not None:
                 log.warning(
                     "activity %s (task %d) abandoned at stop; it runs again after restart",
-                    work.name, work.task_id, extra={"instance_id": work.instance_id},
+                    work.name,
+                    work.task_id,
+                    extra={"instance_id": work.instance_id},
                 )
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
@@ -147,7 +149,10 @@ class ActivityRunner:
         faults.hit("activity.start")
         self.stats["activity_runs"] += 1
         message = await telemetry.run_activity(  # the activity's span, current while it runs
-            self.store, work, attempts, activities.run(
+            self.store,
+            work,
+            attempts,
+            activities.run(
                 self.index,
                 work,
                 client_json=self.client_json,

@@ -51,9 +51,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     start = sub.add_parser("start", help="serve a Durable Functions app")
     start.add_argument("--app-dir", default=".", type=Path)
     start.add_argument("--host", default="127.0.0.1")
-    start.add_argument("--port", default=None, type=int, help="default: local.settings.json Host.LocalHttpPort, else 7071")
-    start.add_argument("--store", default=None, help="sqlite (default: <app>/.durable/<hub>.db), sqlite:PATH, or azure (AzureWebJobsStorage)")
-    start.add_argument("--grace", default=10.0, type=float, help="seconds for running activities at shutdown")
+    start.add_argument(
+        "--port",
+        default=None,
+        type=int,
+        help="default: local.settings.json Host.LocalHttpPort, else 7071",
+    )
+    start.add_argument(
+        "--store",
+        default=None,
+        help="sqlite (default: <app>/.durable/<hub>.db), sqlite:PATH, or azure (AzureWebJobsStorage)",
+    )
+    start.add_argument(
+        "--grace", default=10.0, type=float, help="seconds for running activities at shutdown"
+    )
     start.add_argument("--log-level", default="INFO")
     start.add_argument("--log-format", default="text", choices=("text", "json"))
     start.add_argument(
@@ -99,10 +110,23 @@ def _seconds(text: str) -> float:
 
 def _core_tools_flags(start: argparse.ArgumentParser) -> None:
     """The flags of ``func start`` that mean something here."""
-    start.add_argument("--cors", default=None, help="comma-separated origins allowed to call from a browser (* for any); default: local.settings.json Host.CORS")
-    start.add_argument("--cors-credentials", action="store_true", default=None, help="allow credentials in CORS answers")
-    start.add_argument("--functions", nargs="+", default=None, metavar="NAME", help="serve only these functions")
-    start.add_argument("--verbose", action="store_true", help="debug logging (as --log-level DEBUG)")
+    start.add_argument(
+        "--cors",
+        default=None,
+        help="comma-separated origins allowed to call from a browser (* for any); default: local.settings.json Host.CORS",
+    )
+    start.add_argument(
+        "--cors-credentials",
+        action="store_true",
+        default=None,
+        help="allow credentials in CORS answers",
+    )
+    start.add_argument(
+        "--functions", nargs="+", default=None, metavar="NAME", help="serve only these functions"
+    )
+    start.add_argument(
+        "--verbose", action="store_true", help="debug logging (as --log-level DEBUG)"
+    )
 
 
 def _host_from(args: argparse.Namespace) -> Host:
@@ -110,11 +134,21 @@ def _host_from(args: argparse.Namespace) -> Host:
     local = local_settings.read(Path(args.app_dir))
     port = args.port if args.port is not None else (local.port if local.port is not None else 7071)
     origins = local_settings.split_origins(args.cors) if args.cors is not None else local.cors
-    credentials = args.cors_credentials if args.cors_credentials is not None else local.cors_credentials
+    credentials = (
+        args.cors_credentials if args.cors_credentials is not None else local.cors_credentials
+    )
     functions = [n for arg in args.functions for n in arg.split(",")] if args.functions else None
     return Host(
-        args.app_dir, args.host, port, args.store, args.grace, args.auth, args.public_url,
-        functions=functions, cors=origins, cors_credentials=credentials,
+        args.app_dir,
+        args.host,
+        port,
+        args.store,
+        args.grace,
+        args.auth,
+        args.public_url,
+        functions=functions,
+        cors=origins,
+        cors_credentials=credentials,
         exit_when_idle=args.exit_when_idle,
     )
 

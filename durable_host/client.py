@@ -119,8 +119,9 @@ def validate_instance_id(instance_id: str) -> None:
         raise ClientError(400, f"Instance ID '{instance_id}' must not start with '@'.")
     if _BAD_ID.search(instance_id) or _SURROGATE.search(instance_id):
         raise ClientError(
-            400, f"Instance ID {instance_id!r} must not contain /, \\, #, ?, control characters"
-            " or lone surrogates."
+            400,
+            f"Instance ID {instance_id!r} must not contain /, \\, #, ?, control characters"
+            " or lone surrogates.",
         )
 
 
@@ -132,13 +133,15 @@ def validate_entity_id(name: str, key: str) -> None:
     room = MAX_INSTANCE_ID - len(name) - 2
     if len(key) > room:
         raise ClientError(
-            400, f"The entity key must be at most {room} characters: the entity's instance id"
+            400,
+            f"The entity key must be at most {room} characters: the entity's instance id"
             f" '@{name.lower()}@<key>' is limited to {MAX_INSTANCE_ID}.",
         )
     for field, value in (("name", name), ("key", key)):
         if _BAD_ID.search(value) or _SURROGATE.search(value):
             raise ClientError(
-                400, f"The entity {field} {value[:64]!r} must not contain /, \\, #, ?,"
+                400,
+                f"The entity {field} {value[:64]!r} must not contain /, \\, #, ?,"
                 " control characters or lone surrogates.",
             )
 
@@ -170,19 +173,30 @@ class DurableClient:
         now = self.engine.now()
         version = version if version is not None else self.engine.config.default_version
         start = h.execution_started(
-            at=now, name=info.name if name.lower() == info.name.lower() else name,
-            instance_id=instance_id, execution_id="", input_json=input_json, version=version,
+            at=now,
+            name=info.name if name.lower() == info.name.lower() else name,
+            instance_id=instance_id,
+            execution_id="",
+            input_json=input_json,
+            version=version,
             scheduled_start=scheduled_start,
         )
         record = InstanceRecord(
-            instance_id=instance_id, name=start["Name"], status=RuntimeStatus.PENDING,
-            version=version, input_json=input_json, created_at=now, updated_at=now,
+            instance_id=instance_id,
+            name=start["Name"],
+            status=RuntimeStatus.PENDING,
+            version=version,
+            input_json=input_json,
+            created_at=now,
+            updated_at=now,
         )
         try:
             with telemetry.creating_orchestration(start, instance_id):  # its trace, in `start`
                 await self.store.create_instance(
-                    record, {"kind": MessageKind.START, "event": start},
-                    self.engine.config.overridable_states, visible_at=scheduled_start,
+                    record,
+                    {"kind": MessageKind.START, "event": start},
+                    self.engine.config.overridable_states,
+                    visible_at=scheduled_start,
                 )
         except InstanceExistsError as exc:
             raise ClientError(409, str(exc), ALREADY_EXISTS) from exc
@@ -248,9 +262,7 @@ class DurableClient:
             )
         # Pending from here on, as DTFx's rewind leaves it, until the rewind episode runs.
         message = {"kind": MessageKind.REWIND, "reason": reason}
-        await self.store.send(
-            instance_id, message, self.engine.now(), status=RuntimeStatus.PENDING
-        )
+        await self.store.send(instance_id, message, self.engine.now(), status=RuntimeStatus.PENDING)
         self.engine.notify(instance_id)
 
     async def restart(self, instance_id: str, new_instance_id: bool = True) -> str:
@@ -269,12 +281,18 @@ class DurableClient:
             if exc.status != 409:
                 raise
             raise ClientError(
-                409, exc.message, ALREADY_EXISTS,
+                409,
+                exc.message,
+                ALREADY_EXISTS,
                 title="A non-terminal instance with this instance ID already exists.",
             ) from exc
 
     async def status(
-        self, instance_id: str, *, show_input: bool = True, show_history: bool = False,
+        self,
+        instance_id: str,
+        *,
+        show_input: bool = True,
+        show_history: bool = False,
         show_history_output: bool = False,
     ) -> dict[str, Any] | None:
         record = await self.store.get_instance(instance_id)
@@ -304,8 +322,12 @@ class DurableClient:
             return None
         verdict, since = parked
         record = InstanceRecord(
-            instance_id=instance_id, name=verdict.name, status=RuntimeStatus.PENDING,
-            version=verdict.version, created_at=since, updated_at=since,
+            instance_id=instance_id,
+            name=verdict.name,
+            status=RuntimeStatus.PENDING,
+            version=verdict.version,
+            created_at=since,
+            updated_at=since,
         )
         return status_payload(record, True, verdict.to_status(since))
 
@@ -338,7 +360,8 @@ class DurableClient:
             raise ClientError(400, "The entity key of a signal must not be empty.")
         if not 1 <= len(operation) <= MAX_OPERATION_NAME or _SURROGATE.search(operation):
             raise ClientError(
-                400, f"The entity operation must be 1 to {MAX_OPERATION_NAME} characters"
+                400,
+                f"The entity operation must be 1 to {MAX_OPERATION_NAME} characters"
                 " (no lone surrogates).",
             )
         request_id = str(uuid.uuid4())
@@ -430,7 +453,12 @@ _OUTCOME_ROWS = {
 }
 _DROPPED_FIELDS = {
     h.EventType.EXECUTION_STARTED: (
-        "Name", "OrchestrationInstance", "ParentInstance", "Version", "Tags", "Input",
+        "Name",
+        "OrchestrationInstance",
+        "ParentInstance",
+        "Version",
+        "Tags",
+        "Input",
     ),
     h.EventType.TASK_SCHEDULED: ("Version", "Input"),
     h.EventType.SUB_ORCHESTRATION_CREATED: ("Version", "Input"),

@@ -39,11 +39,16 @@ from durable_host.versioning import VersionPolicy, VersionSettingError, policy_f
 
 # overridableExistingInstanceStates: the statuses in which a start may reuse an id.
 NON_RUNNING: tuple[str, ...] = (
-    RuntimeStatus.COMPLETED, RuntimeStatus.FAILED, RuntimeStatus.TERMINATED, RuntimeStatus.CANCELED,
+    RuntimeStatus.COMPLETED,
+    RuntimeStatus.FAILED,
+    RuntimeStatus.TERMINATED,
+    RuntimeStatus.CANCELED,
 )
 ANY_STATE: tuple[str, ...] = (
     *NON_RUNNING,
-    RuntimeStatus.RUNNING, RuntimeStatus.PENDING, RuntimeStatus.SUSPENDED,
+    RuntimeStatus.RUNNING,
+    RuntimeStatus.PENDING,
+    RuntimeStatus.SUSPENDED,
     RuntimeStatus.CONTINUED_AS_NEW,
 )
 _HUB_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]{2,49}$")
@@ -108,7 +113,8 @@ def parse_host_json(
     extensions = data.get("extensions") or {}
     http = extensions.get("http") or {}
     durable = resolve_settings(
-        extensions.get("durableTask") or {}, {} if settings is None else settings,
+        extensions.get("durableTask") or {},
+        {} if settings is None else settings,
         "extensions.durableTask",
     )
     hub = str(durable.get("hubName") or "TestHubName")

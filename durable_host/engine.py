@@ -104,7 +104,7 @@ def _run_episode(
     """``orchestration.run_episode`` in a worker thread, first bringing ``history_text`` up
     to the whole stored history (a cache miss encodes it once here, off the event loop)."""
     if history_text is not None and history_text.covers < len(view.history):
-        history_text.extend(view.history[history_text.covers:])
+        history_text.extend(view.history[history_text.covers :])
     return orchestration.run_episode(handle, view, *args, history_text=history_text, **kwargs)
 
 
@@ -167,9 +167,14 @@ class Engine:
         self._idle = asyncio.Event()
         self.stats: dict[str, int] = {"episodes": 0, "activity_runs": 0, "activity_reruns": 0}
         self.activities = ActivityRunner(
-            index, store, config,
-            now=lambda: self.now(), notify=self.notify, client_json=lambda: self.client_json(),
-            poison_attempts=lambda: self.poison_attempts, stats=self.stats,
+            index,
+            store,
+            config,
+            now=lambda: self.now(),
+            notify=self.notify,
+            client_json=lambda: self.client_json(),
+            poison_attempts=lambda: self.poison_attempts,
+            stats=self.stats,
         )
         # Recent durations (seconds) for /admin/host/metrics and bench/: bounded memory.
         self.timings: dict[str, deque[float]] = {
@@ -203,7 +208,9 @@ class Engine:
         deadline = loop.time() + max(0.0, grace)
         log.info(
             "stopping: %d episodes and %d activities running, %.1fs grace",
-            len(self._running), len(self.activities.running), grace,
+            len(self._running),
+            len(self.activities.running),
+            grace,
         )
         while self._running and loop.time() < deadline:
             await asyncio.sleep(0.02)  # episodes are short; a commit must not be cut off
@@ -266,7 +273,9 @@ class Engine:
         if isinstance(error, StoreError):
             log.error(
                 "storage failed (%d in a row; not counted as an attempt); retrying in %.1fs: %s",
-                failures, delay, error,
+                failures,
+                delay,
+                error,
             )
         else:
             log.exception("processing failed (%d in a row); retrying in %.1fs", failures, delay)
@@ -281,7 +290,9 @@ class Engine:
             return
         for message_id, message in messages:
             if message.get("kind") == MessageKind.UNDECODABLE:
-                log.error("inbox message %d cannot be decoded: %s", message_id, message.get("error"))
+                log.error(
+                    "inbox message %d cannot be decoded: %s", message_id, message.get("error")
+                )
         entity_id = instance_id.startswith("@")
         reading = time.perf_counter()
         record = await self.store.get_instance(instance_id)
@@ -378,8 +389,16 @@ class Engine:
         continued = session.continued if session is not None else 0
         started = time.perf_counter()
         episode = await asyncio.to_thread(
-            _run_episode, handle, view, messages, now, uuid.uuid4().hex,
-            compact=self.fast_replay, poison=poison, session=session, history_text=text,
+            _run_episode,
+            handle,
+            view,
+            messages,
+            now,
+            uuid.uuid4().hex,
+            compact=self.fast_replay,
+            poison=poison,
+            session=session,
+            history_text=text,
             default_version=self.config.versioning.default_version,
         )
         replayed = time.perf_counter()
@@ -419,8 +438,10 @@ class Engine:
         if self.cache is not None and record is not None:
             cached = self.cache.get(instance_id, (record.execution_id, record.updated_at))
             if cached is not None:
-                return cached, self._session(self.cache.session(instance_id)), self._text(
-                    self.cache.text(instance_id)
+                return (
+                    cached,
+                    self._session(self.cache.session(instance_id)),
+                    self._text(self.cache.text(instance_id)),
                 )
         text = self._text(None) if self.cache is not None else None
         return await self.store.get_history(instance_id), self._session(None), text
@@ -466,8 +487,10 @@ class Engine:
             text = None  # rebuilt by the next episode that needs it
         else:
             text.extend(episode.events)
-        execution_id = episode.execution_id if episode.replace_history else (
-            record.execution_id if record else None
+        execution_id = (
+            episode.execution_id
+            if episode.replace_history
+            else (record.execution_id if record else None)
         )
         self.cache.put(instance_id, (execution_id, now), events, session, text)
 
@@ -505,15 +528,19 @@ class Engine:
                 summary[f"{name}_ms"] = {
                     "count": len(ordered),
                     "p50": round(ordered[len(ordered) // 2] * 1000, 3),
-                    "p99": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 3),
+                    "p99": round(
+                        ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 3
+                    ),
                 }
         summary["ready"] = len(self._queued)
         summary["parked_for_version"] = len(self.parking)
         summary["running_activities"] = len(self.activities.running)
         if self.cache is not None:
             summary["history_cache"] = {
-                "instances": len(self.cache), "events": self.cache.size,
-                "hits": self.cache.hits, "misses": self.cache.misses,
+                "instances": len(self.cache),
+                "events": self.cache.size,
+                "hits": self.cache.hits,
+                "misses": self.cache.misses,
             }
             summary["sdk_sessions"] = self.sessions
         if self.store.round_trips is not None:

@@ -95,7 +95,13 @@ def parse_time(text: str) -> datetime:
 
 
 def _event(kind: EventType, at: str, event_id: int = -1, **fields: Any) -> Event:
-    return {"EventType": int(kind), "EventId": event_id, "IsPlayed": False, "Timestamp": at, **fields}
+    return {
+        "EventType": int(kind),
+        "EventId": event_id,
+        "IsPlayed": False,
+        "Timestamp": at,
+        **fields,
+    }
 
 
 def orchestrator_started(at: str) -> Event:
@@ -156,7 +162,12 @@ def execution_resumed(at: str, reason: str | None) -> Event:
 def task_scheduled(event_id: int, at: str, name: str, input_json: str | None) -> Event:
     # The extension stores the activity input wrapped in a one-element array.
     return _event(
-        EventType.TASK_SCHEDULED, at, event_id, Name=name, Version="", Input=json.dumps([input_json])
+        EventType.TASK_SCHEDULED,
+        at,
+        event_id,
+        Name=name,
+        Version="",
+        Input=json.dumps([input_json]),
     )
 
 
@@ -215,7 +226,9 @@ def timer_fired(timer_id: int, at: str, fire_at: str) -> Event:
 
 
 def event_sent(event_id: int, at: str, target: str, name: str, input_json: str) -> Event:
-    return _event(EventType.EVENT_SENT, at, event_id, InstanceId=target, Name=name, Input=input_json)
+    return _event(
+        EventType.EVENT_SENT, at, event_id, InstanceId=target, Name=name, Input=input_json
+    )
 
 
 def event_raised(at: str, name: str, input_json: str | None) -> Event:

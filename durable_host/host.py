@@ -198,10 +198,19 @@ class Host:
         self._start_schedules()
         self._started = True  # from here on a lost store stops the host by a signal
         self._running = self.fatal is None
-        log.info("durable host serving %s on %s (hub %s)", self.app_dir, self.base_url, self.config.hub_name)
+        log.info(
+            "durable host serving %s on %s (hub %s)",
+            self.app_dir,
+            self.base_url,
+            self.config.hub_name,
+        )
         for line in startup_report.function_lines(index, self.base_url, self.config.route_prefix):
             (log.warning if line.startswith("not run:") else log.info)("%s", line)
-        log.log(logging.INFO if auth_on or auth.is_loopback(self.host) else logging.WARNING, "%s", auth_reason)
+        log.log(
+            logging.INFO if auth_on or auth.is_loopback(self.host) else logging.WARNING,
+            "%s",
+            auth_reason,
+        )
         if self.public_url is None and auth.is_wildcard(self.host):
             log.warning(
                 "check-status links name %s; set --public-url (or DURABLE_HOST_PUBLIC_URL)"

@@ -122,7 +122,11 @@ class KeySet:
 
     def for_function(self, function: str) -> list[str]:
         """Keys valid for an HTTP function of level ``function``."""
-        return [self.master, *self.host.values(), *self.functions.get(function.lower(), {}).values()]
+        return [
+            self.master,
+            *self.host.values(),
+            *self.functions.get(function.lower(), {}).values(),
+        ]
 
     def for_webhooks(self) -> list[str]:
         """Keys valid for the Durable management webhooks: the system key and the master key."""
@@ -259,7 +263,9 @@ class Keys:
         label = MASTER if scope == "host" and name == MASTER else f"{scope}/{name}"
         setting = self.fixed.get(label)
         if setting is not None:
-            raise KeyChangeError(409, f"The key {name} is set by the {setting} setting; change it there.")
+            raise KeyChangeError(
+                409, f"The key {name} is set by the {setting} setting; change it there."
+            )
 
     async def list(self, scope: str, function: str | None = None) -> dict[str, str]:
         keys = await self.current()
@@ -296,7 +302,9 @@ class Keys:
         return new_value, created
 
     async def delete(self, scope: str, name: str, function: str | None = None) -> bool:
-        if (scope == "host" and name == MASTER) or (scope == "system" and name == DURABLE_SYSTEM_KEY):
+        if (scope == "host" and name == MASTER) or (
+            scope == "system" and name == DURABLE_SYSTEM_KEY
+        ):
             raise KeyChangeError(400, f"The key {name} cannot be deleted; rotate it instead.")
         self._refuse_fixed(scope, name)
         found = False
@@ -316,7 +324,8 @@ def describe(keys: KeySet, fixed: Mapping[str, str]) -> dict[str, Any]:
     return {
         "master": {"name": MASTER, "value": keys.master, "setting": fixed.get(MASTER)},
         "host": [
-            {"name": n, "value": v, "setting": fixed.get(f"host/{n}")} for n, v in sorted(keys.host.items())
+            {"name": n, "value": v, "setting": fixed.get(f"host/{n}")}
+            for n, v in sorted(keys.host.items())
         ],
         "system": [{"name": n, "value": v} for n, v in sorted(keys.system.items())],
         "functions": {

@@ -48,7 +48,9 @@ def parse(path: Path, section: Any) -> LocalHost:
         except (TypeError, ValueError):
             port = -1
         if not 0 <= port <= 65535:
-            raise ConfigError(f"{path}: Host.LocalHttpPort {section['LocalHttpPort']!r} is not a port number")
+            raise ConfigError(
+                f"{path}: Host.LocalHttpPort {section['LocalHttpPort']!r} is not a port number"
+            )
     cors = section.get("CORS") or ""
     if not isinstance(cors, str):
         raise ConfigError(f"{path}: Host.CORS must be a string of comma-separated origins")

@@ -305,7 +305,10 @@ def _terminate(episode: Episode, state: _MessageState, now: str) -> Episode:
     started = _execution_started(state.history + state.new_events)
     name = started.get("Name", "") if started else ""
     _notify_parent(
-        episode, started, failed=True, text=f"Orchestrator function '{name}' was terminated: {reason}"
+        episode,
+        started,
+        failed=True,
+        text=f"Orchestrator function '{name}' was terminated: {reason}",
     )
     return episode
 
@@ -364,7 +367,7 @@ def _invoke(
         return _finish_failed(episode, prefix, started, missing_orchestrator_message(name), now)
     text = None
     if history_text is not None and history_text.covers == len(state.history):
-        text = history_text.text(events[len(state.history):])
+        text = history_text.text(events[len(state.history) :])
     decided = _decide(handle, state.view.instance_id, events, started, compact, session, text)
     if decided.raw_failure is not None:
         return _finish_failed(episode, prefix, started, decided.raw_failure, now)
@@ -477,7 +480,9 @@ def _notify_parent(
     task_id = parent["TaskScheduleId"]
     now = episode.events[-1]["Timestamp"] if episode.events else ""
     if failed:
-        event = h.sub_orchestration_failed(task_id, now, text or "", f"Message: {text}, StackTrace: ")
+        event = h.sub_orchestration_failed(
+            task_id, now, text or "", f"Message: {text}, StackTrace: "
+        )
     else:
         event = h.sub_orchestration_completed(task_id, now, text)
     execution_id = instance.get("ExecutionId")

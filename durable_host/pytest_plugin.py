@@ -77,7 +77,9 @@ class DurableHost:
 
     # --- the durable client (the management API) ---
 
-    def start_new(self, orchestrator: str, input: Any = None, instance_id: str | None = None) -> str:
+    def start_new(
+        self, orchestrator: str, input: Any = None, instance_id: str | None = None
+    ) -> str:
         """Start an orchestration; its instance id once the host has it durably."""
         return self.process.start_orchestration(orchestrator, input, instance_id)
 
@@ -126,8 +128,12 @@ class DurableHost:
 
     def raise_event(self, instance_id: str, event: str, data: Any = None) -> None:
         path = f"{WEBHOOK}/instances/{_q(instance_id)}/raiseEvent/{_q(event)}"
-        self._accepted(self.post(path, raw=json.dumps(data).encode(),
-                                 headers={"Content-Type": "application/json"}), "raise event")
+        self._accepted(
+            self.post(
+                path, raw=json.dumps(data).encode(), headers={"Content-Type": "application/json"}
+            ),
+            "raise event",
+        )
 
     def terminate(self, instance_id: str, reason: str = "terminated by a test") -> None:
         self._action(instance_id, "terminate", reason)

@@ -89,8 +89,14 @@ def rewrite(
 
 def _child_rewind(created: Event, view: InstanceView, execution_id: str, reason: str) -> Outgoing:
     start = child_start(
-        created["Name"], created["InstanceId"], created.get("Input"), created.get("Version"),
-        view, execution_id, created["EventId"], created["Timestamp"],
+        created["Name"],
+        created["InstanceId"],
+        created.get("Input"),
+        created.get("Version"),
+        view,
+        execution_id,
+        created["EventId"],
+        created["Timestamp"],
     )
     payload = {"kind": MessageKind.REWIND, "reason": reason, "start": start}
     return Outgoing(OutgoingKind.MESSAGE, created["InstanceId"], payload)

@@ -79,7 +79,9 @@ def describe_action(action: dict[str, Any] | None) -> str:
         return f"a timer firing at {action.get('fireAt')}"
     if kind in (ActionType.CALL_ENTITY, ActionType.SIGNAL_ENTITY):
         verb = "a signal of" if kind == ActionType.SIGNAL_ENTITY else "a call of"
-        return f"{verb} entity operation '{action.get('operation')}' on '{action.get('instanceId')}'"
+        return (
+            f"{verb} entity operation '{action.get('operation')}' on '{action.get('instanceId')}'"
+        )
     if kind == ActionType.CALL_HTTP:
         request = action.get("httpRequest") or {}
         return f"an HTTP call ({request.get('method')} {request.get('uri')})"
@@ -152,9 +154,7 @@ class Shim:
         self.pending: dict[int, tuple[str, Node]] = {}
         self.waiters: dict[str, deque[Node]] = defaultdict(deque)
         self.buffered: dict[str, deque[Event]] = defaultdict(deque)
-        self.scheduled = {
-            e["EventId"]: e for e in events if e["EventType"] in h.SCHEDULING_TYPES
-        }
+        self.scheduled = {e["EventId"]: e for e in events if e["EventType"] in h.SCHEDULING_TYPES}
         self.new_events: list[Event] = []
         self.outbox: list[Outgoing] = []
         self.nodes: list[Node] = []
@@ -185,7 +185,10 @@ class Shim:
             node.children = [self._start(child) for child in action.get("compoundActions", [])]
         elif kind in (ActionType.CALL_ACTIVITY, ActionType.CALL_ACTIVITY_WITH_RETRY):
             self._schedule_activity(node, self._next_id())
-        elif kind in (ActionType.CALL_SUB_ORCHESTRATOR, ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY):
+        elif kind in (
+            ActionType.CALL_SUB_ORCHESTRATOR,
+            ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY,
+        ):
             self._schedule_child(node, self._next_id())
         elif kind == ActionType.CREATE_TIMER:
             self._schedule_timer(node, self._next_id())
@@ -292,7 +295,14 @@ class Shim:
             h.sub_orchestration_created(event_id, self.now, name, child_id, input_json, version)
         )
         start = child_start(
-            name, child_id, input_json, version, self.view, self.execution_id, event_id, self.now,
+            name,
+            child_id,
+            input_json,
+            version,
+            self.view,
+            self.execution_id,
+            event_id,
+            self.now,
             parent_version=self.version,
         )
         message = {"kind": MessageKind.START, "event": start}
@@ -333,7 +343,9 @@ class Shim:
             request_id = json.loads(recorded["Input"])["id"]
         else:
             request_id = str(
-                uuid.uuid5(_REQUEST_NAMESPACE, f"{self.view.instance_id}|{self.execution_id}|{event_id}")
+                uuid.uuid5(
+                    _REQUEST_NAMESPACE, f"{self.view.instance_id}|{self.execution_id}|{event_id}"
+                )
             )
             request = {
                 "op": operation,

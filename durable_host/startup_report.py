@@ -24,7 +24,11 @@ from durable_host.loader import AppIndex, FunctionInfo
 WEBHOOK = "/runtime/webhooks/durabletask"
 # Binding types the host implements, per direction.
 SUPPORTED_IN = {
-    "httpTrigger", "orchestrationTrigger", "activityTrigger", "entityTrigger", "durableClient",
+    "httpTrigger",
+    "orchestrationTrigger",
+    "activityTrigger",
+    "entityTrigger",
+    "durableClient",
 }
 SUPPORTED_OUT = {"http"}
 TRIGGER_NAMES = {

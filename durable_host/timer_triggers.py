@@ -74,7 +74,9 @@ def _flag(binding: dict[str, Any], key: str, default: bool, function: str) -> bo
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
-    raise TimerConfigError(f"timer function '{function}': {key} must be true or false, not {value!r}")
+    raise TimerConfigError(
+        f"timer function '{function}': {key} must be true or false, not {value!r}"
+    )
 
 
 def plan(index: AppIndex, environ: Mapping[str, str], now: datetime) -> list[TimerSpec]:
@@ -225,7 +227,9 @@ class TimerTriggers:
             except Exception:  # a store outage must not end the schedule
                 failures += 1
                 delay = min(MAX_RETRY_DELAY, 0.5 * 2**failures)
-                log.warning("timer %s: store failed; retrying in %.1fs", spec.name, delay, exc_info=True)
+                log.warning(
+                    "timer %s: store failed; retrying in %.1fs", spec.name, delay, exc_info=True
+                )
                 await self._sleep(delay)
 
     async def _step(self, spec: TimerSpec, first: bool) -> None:
@@ -253,7 +257,12 @@ class TimerTriggers:
         await self._claim_and_run(spec, raw, status, due, past_due=False)
 
     async def _claim_and_run(
-        self, spec: TimerSpec, raw: str | None, status: dict[str, Any], due: datetime, past_due: bool
+        self,
+        spec: TimerSpec,
+        raw: str | None,
+        status: dict[str, Any],
+        due: datetime,
+        past_due: bool,
     ) -> None:
         now = self.clock()
         following = spec.schedule.next_after(max(now, due), due)

@@ -168,7 +168,9 @@ def _choice(value: Any, kind: type[enum.StrEnum], name: str) -> Any:
     raise VersionSettingError(f"{name} {value!r} is not one of {allowed}")
 
 
-def policy_from(durable: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> VersionPolicy:
+def policy_from(
+    durable: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> VersionPolicy:
     """The policy from host.json's ``extensions.durableTask`` and app-setting overrides."""
     env = environ or {}
     version = _setting(durable, env, "defaultVersion")

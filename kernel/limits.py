@@ -82,7 +82,9 @@ def parse_limit(declaration: Any, field: str = "concurrency") -> Limit:
         raise ValidationError("invalid_limit", f"unknown field {name!r}", f"{field}.{name}")
     key = declaration.get("key")
     if not isinstance(key, str) or not key.strip() or len(key) > 200:
-        raise ValidationError("invalid_limit", "key must be a text of 1-200 characters", f"{field}.key")
+        raise ValidationError(
+            "invalid_limit", "key must be a text of 1-200 characters", f"{field}.key"
+        )
     try:
         list(string.Formatter().parse(key))
     except ValueError as exc:
@@ -90,7 +92,9 @@ def parse_limit(declaration: Any, field: str = "concurrency") -> Limit:
     lease = float(_number(declaration.get("lease_s", DEFAULT_LEASE_S), f"{field}.lease_s", 1))
     modes = [m for m in ("limit", "rate", "debounce_s") if m in declaration]
     if len(modes) > 1:
-        raise ValidationError("invalid_limit", f"use one of limit, rate, debounce_s; not {modes}", field)
+        raise ValidationError(
+            "invalid_limit", f"use one of limit, rate, debounce_s; not {modes}", field
+        )
     if "rate" in declaration:
         rate = declaration["rate"]
         if not isinstance(rate, dict):

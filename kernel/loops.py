@@ -115,7 +115,9 @@ def occurrence_request_id(loop_id: str, occurrence: datetime) -> str:
     return f"loop:{loop_id}:{format_occurrence(occurrence)}"
 
 
-def next_occurrence(spec: LoopSpec, after: datetime, previous: datetime | None = None) -> datetime | None:
+def next_occurrence(
+    spec: LoopSpec, after: datetime, previous: datetime | None = None
+) -> datetime | None:
     schedule = cron.parse(spec.schedule, cron.time_zone(spec.time_zone), after)
     return schedule.next_after(after, previous)
 

@@ -232,7 +232,9 @@ def _settled(state: State) -> list[dict[str, Any]]:
         return []
     tasks = state["tasks"]
     roots = _roots(tasks)
-    open_roots = {roots[t] for t, task in tasks.items() if task["status"] not in TERMINAL_TASK_STATUSES}
+    open_roots = {
+        roots[t] for t, task in tasks.items() if task["status"] not in TERMINAL_TASK_STATUSES
+    }
     settled = [s for s in final if s["turn_instance_id"] not in open_roots]
     return sorted(settled, key=lambda s: s["entry"])
 

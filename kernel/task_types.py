@@ -111,8 +111,9 @@ class SendNoticesInput(_Strict):
     submission_id: Annotated[str, _check(ids.validate_key)]
     tool_task_id: Annotated[str, _check(ids.validate_instance_id)] | None = None
     recipients: list[str]
-    subject: Annotated[str, Field(min_length=1, max_length=MAX_SUBJECT_CHARS),
-                       AfterValidator(_subject)]
+    subject: Annotated[
+        str, Field(min_length=1, max_length=MAX_SUBJECT_CHARS), AfterValidator(_subject)
+    ]
     body: Annotated[str, Field(max_length=MAX_BODY_CHARS), AfterValidator(_body)] | None = None
     body_ref: Annotated[str, Field(pattern=BODY_REF_PATTERN)] | None = None
     policy: Literal["allSettled", "failFast"] = "allSettled"

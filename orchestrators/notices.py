@@ -120,49 +120,89 @@ class Run:
     app_version: str = ""  # the parent's context.version: children inherit it
 
     @classmethod
-    def plan(cls, parent_id: str, job: task_types.SendNoticesInput,
-             settings: NoticeSettings) -> Run:
+    def plan(
+        cls, parent_id: str, job: task_types.SendNoticesInput, settings: NoticeSettings
+    ) -> Run:
         plan_id = task_types.plan_document_id(parent_id)
         body_ref = job.body_ref or task_types.body_document_id(plan_id)
         children = [
-            Child(i, r, ids.child_task_id(parent_id, task_types.child_key(i)),
-                  task_types.notice_operation_id(parent_id, r, body_ref))
+            Child(
+                i,
+                r,
+                ids.child_task_id(parent_id, task_types.child_key(i)),
+                task_types.notice_operation_id(parent_id, r, body_ref),
+            )
             for i, r in enumerate(job.recipients)
         ]
         return cls(parent_id, job, body_ref, settings, plan_id, children)
 
     def plan_commit(self) -> dict[str, Any]:
-        receipts = {c.recipient: {"status": "planned", "operation_id": c.operation_id}
-                    for c in self.children}
-        data = {"recipients": list(self.job.recipients), "subject": self.job.subject,
-                "body_ref": self.body_ref, "policy": self.job.policy, "receipts": receipts}
-        parent = {"id": self.parent_id, "kind": PARENT.kind,
-                  "version": PARENT.version_for(self.app_version),
-                  "status": TaskStatus.WAITING, "phase": "waiting",
-                  "parent": self.job.tool_task_id}
-        tasks = [{"id": c.instance_id, "kind": CHILD.kind,
-                  "version": CHILD.version_for(self.app_version),
-                  "status": TaskStatus.PENDING, "phase": "planned", "parent": self.parent_id}
-                 for c in self.children]
-        documents = [{"id": self.plan_id, "type": "notice_plan", "data": data,
-                      "expected_version": 0}]
+        receipts = {
+            c.recipient: {"status": "planned", "operation_id": c.operation_id}
+            for c in self.children
+        }
+        data = {
+            "recipients": list(self.job.recipients),
+            "subject": self.job.subject,
+            "body_ref": self.body_ref,
+            "policy": self.job.policy,
+            "receipts": receipts,
+        }
+        parent = {
+            "id": self.parent_id,
+            "kind": PARENT.kind,
+            "version": PARENT.version_for(self.app_version),
+            "status": TaskStatus.WAITING,
+            "phase": "waiting",
+            "parent": self.job.tool_task_id,
+        }
+        tasks = [
+            {
+                "id": c.instance_id,
+                "kind": CHILD.kind,
+                "version": CHILD.version_for(self.app_version),
+                "status": TaskStatus.PENDING,
+                "phase": "planned",
+                "parent": self.parent_id,
+            }
+            for c in self.children
+        ]
+        documents = [
+            {"id": self.plan_id, "type": "notice_plan", "data": data, "expected_version": 0}
+        ]
         if self.job.body is not None:  # stored once, next to the plan that refers to it
-            documents.insert(0, {"id": self.body_ref, "type": "note", "expected_version": 0,
-                                 "data": {"title": self.job.subject, "text": self.job.body}})
+            documents.insert(
+                0,
+                {
+                    "id": self.body_ref,
+                    "type": "note",
+                    "expected_version": 0,
+                    "data": {"title": self.job.subject, "text": self.job.body},
+                },
+            )
         return {"documents": documents, "tasks": [parent, *tasks]}
 
     def child_input(self, child: Child) -> dict[str, Any]:
         return SendNoticeInput(
-            session_id=self.job.session_id, parent_id=self.parent_id, plan_id=self.plan_id,
-            recipient=child.recipient, subject=self.job.subject, body_ref=self.body_ref,
-            operation_id=child.operation_id, settings=self.settings,
+            session_id=self.job.session_id,
+            parent_id=self.parent_id,
+            plan_id=self.plan_id,
+            recipient=child.recipient,
+            subject=self.job.subject,
+            body_ref=self.body_ref,
+            operation_id=child.operation_id,
+            settings=self.settings,
         ).model_dump(mode="json")
 
     def start_more(self, context: df.DurableOrchestrationContext) -> None:
         while self.started < len(self.children) and len(self.running) < self.settings.max_parallel:
             child = self.children[self.started]
-            task = context.call_sub_orchestrator(CHILD.kind, self.child_input(child),
-                                                 child.instance_id, version=child_version(context))
+            task = context.call_sub_orchestrator(
+                CHILD.kind,
+                self.child_input(child),
+                child.instance_id,
+                version=child_version(context),
+            )
             self.running[task] = child
             self.started += 1
 
@@ -170,26 +210,41 @@ class Run:
         child = self.running.pop(task)
         value = task.result
         if isinstance(value, dict) and value.get("outcome") in OUTCOMES:
-            outcome = {"outcome": value["outcome"], "detail": value.get("detail"),
-                       "receipt": value.get("receipt"), "reported": True}
+            outcome = {
+                "outcome": value["outcome"],
+                "detail": value.get("detail"),
+                "receipt": value.get("receipt"),
+                "reported": True,
+            }
         else:
-            outcome = {"outcome": "uncertain", "reported": False, "detail": clip(
-                f"the child ended without a result ({value}); operation "
-                f"{child.operation_id} may have been accepted")}
+            outcome = {
+                "outcome": "uncertain",
+                "reported": False,
+                "detail": clip(
+                    f"the child ended without a result ({value}); operation "
+                    f"{child.operation_id} may have been accepted"
+                ),
+            }
         self.outcomes[child.index] = {"recipient": child.recipient, **outcome}
         return self.outcomes[child.index]
 
     def close_unfinished(self, stop: Stop) -> None:
         for child in self.running.values():
             self.outcomes[child.index] = {
-                "recipient": child.recipient, "outcome": "uncertain", "reported": False,
+                "recipient": child.recipient,
+                "outcome": "uncertain",
+                "reported": False,
                 "detail": f"did not end after termination; operation {child.operation_id} "
-                          "may have been accepted"}
+                "may have been accepted",
+            }
         self.running.clear()
-        for child in self.children[self.started:]:
-            self.outcomes[child.index] = {"recipient": child.recipient, "outcome": "cancelled",
-                                          "reported": False,
-                                          "detail": clip(f"not sent: {stop.reason}")}
+        for child in self.children[self.started :]:
+            self.outcomes[child.index] = {
+                "recipient": child.recipient,
+                "outcome": "cancelled",
+                "reported": False,
+                "detail": clip(f"not sent: {stop.reason}"),
+            }
         self.started = len(self.children)
 
     def adopt_recorded(self, receipts: dict[str, Any]) -> None:
@@ -197,8 +252,12 @@ class Run:
         for index, outcome in self.outcomes.items():
             recorded = receipts.get(outcome["recipient"]) or {}
             if not outcome["reported"] and recorded.get("status") in OUTCOMES:
-                self.outcomes[index] = {**outcome, "outcome": recorded["status"],
-                                        "detail": recorded.get("detail"), "receipt": recorded}
+                self.outcomes[index] = {
+                    **outcome,
+                    "outcome": recorded["status"],
+                    "detail": recorded.get("detail"),
+                    "receipt": recorded,
+                }
 
     def conclusion(self, stop: Stop | None) -> tuple[list[dict[str, Any]], str, str]:
         """(results, summary, terminal task status) from the outcomes known now."""
@@ -208,28 +267,53 @@ class Run:
         return results, summary, task_types.final_status(results, cancelled)
 
     def results(self) -> list[dict[str, Any]]:
-        return [{"recipient": c.recipient, "outcome": self.outcomes[c.index]["outcome"],
-                 "detail": self.outcomes[c.index].get("detail")} for c in self.children]
+        return [
+            {
+                "recipient": c.recipient,
+                "outcome": self.outcomes[c.index]["outcome"],
+                "detail": self.outcomes[c.index].get("detail"),
+            }
+            for c in self.children
+        ]
 
-    def final_commit(self, plan: dict[str, Any], statuses: dict[str, Any], status: str,
-                     summary: str) -> dict[str, Any]:
+    def final_commit(
+        self, plan: dict[str, Any], statuses: dict[str, Any], status: str, summary: str
+    ) -> dict[str, Any]:
         receipts = dict(plan["data"].get("receipts") or {})
         for child in self.children:
             outcome = self.outcomes[child.index]
             if (receipts.get(child.recipient) or {}).get("status") not in OUTCOMES:
                 receipts[child.recipient] = outcome.get("receipt") or {
-                    "status": outcome["outcome"], "operation_id": child.operation_id,
-                    "detail": outcome.get("detail")}
+                    "status": outcome["outcome"],
+                    "operation_id": child.operation_id,
+                    "detail": outcome.get("detail"),
+                }
         data = {**plan["data"], "receipts": receipts, "summary": clip(summary, 1000)}
-        tasks = [{"id": self.parent_id, "status": status, "phase": "done",
-                  "reason": clip(summary, 1000)}]
+        tasks = [
+            {"id": self.parent_id, "status": status, "phase": "done", "reason": clip(summary, 1000)}
+        ]
         for child in self.children:
             if statuses.get(child.instance_id) not in (None, *TERMINAL_TASK_STATUSES):
                 outcome = self.outcomes[child.index]
-                tasks.append({"id": child.instance_id, "status": CHILD_STATUS[outcome["outcome"]],
-                              "phase": "done", "reason": clip(outcome.get("detail") or "", 1000)})
-        return {"documents": [{"id": self.plan_id, "type": "notice_plan", "data": data,
-                               "expected_version": plan["version"]}], "tasks": tasks}
+                tasks.append(
+                    {
+                        "id": child.instance_id,
+                        "status": CHILD_STATUS[outcome["outcome"]],
+                        "phase": "done",
+                        "reason": clip(outcome.get("detail") or "", 1000),
+                    }
+                )
+        return {
+            "documents": [
+                {
+                    "id": self.plan_id,
+                    "type": "notice_plan",
+                    "data": data,
+                    "expected_version": plan["version"],
+                }
+            ],
+            "tasks": tasks,
+        }
 
 
 def clip(text: str, limit: int = MAX_DETAIL) -> str:
@@ -243,9 +327,15 @@ def send_notices(context: df.DurableOrchestrationContext) -> Gen:
         job = task_types.parse_input(PARENT.kind, context.get_input())
     except KernelError as exc:
         return refuse(context, exc)
-    prepared = yield context.call_activity("notices_prepare", {
-        "session_id": job.session_id, "submission_id": job.submission_id,
-        "tool_task_id": job.tool_task_id, "body_ref": job.body_ref})
+    prepared = yield context.call_activity(
+        "notices_prepare",
+        {
+            "session_id": job.session_id,
+            "submission_id": job.submission_id,
+            "tool_task_id": job.tool_task_id,
+            "body_ref": job.body_ref,
+        },
+    )
     if not prepared["ok"]:
         return refuse(context, prepared["error"])
     try:
@@ -284,9 +374,20 @@ def join_children(context: df.DurableOrchestrationContext, run: Run) -> Gen:
 def wind_down(context: df.DurableOrchestrationContext, run: Run, stop: Stop) -> Gen:
     """Record the intent, ask running children to stop, terminate stragglers after a grace."""
     set_phase(context, "completing", reason=clip(stop.reason, 200))
-    yield context.call_entity(session_entity(run.job.session_id), "commit", {"tasks": [
-        {"id": run.parent_id, "status": TaskStatus.COMPLETING, "phase": "cancelling",
-         "reason": clip(stop.reason, 1000)}]})
+    yield context.call_entity(
+        session_entity(run.job.session_id),
+        "commit",
+        {
+            "tasks": [
+                {
+                    "id": run.parent_id,
+                    "status": TaskStatus.COMPLETING,
+                    "phase": "cancelling",
+                    "reason": clip(stop.reason, 1000),
+                }
+            ]
+        },
+    )
     for action in ("raise_cancel", "terminate_stragglers"):
         if not run.running:
             break
@@ -315,17 +416,24 @@ def finish(context: df.DurableOrchestrationContext, run: Run, stop: Stop | None)
     results, summary, status = run.conclusion(stop)
     set_phase(context, "done", status=status, summary=clip(summary, 200))
     kind = "settled" if stop is None else ("cancelled" if stop.kind == "cancelled" else "stopped")
-    return {"ok": all(r["outcome"] == "confirmed" for r in results), "kind": kind,
-            "results": results, "summary": summary, "plan_id": run.plan_id,
-            "recorded": recorded}
+    return {
+        "ok": all(r["outcome"] == "confirmed" for r in results),
+        "kind": kind,
+        "results": results,
+        "summary": summary,
+        "plan_id": run.plan_id,
+        "recorded": recorded,
+    }
 
 
 def record_outcomes(context: df.DurableOrchestrationContext, run: Run, stop: Stop | None) -> Gen:
     """The final plan commit, against the version just read; True once it is applied."""
     child_ids = [child.instance_id for child in run.children]
     for _ in range(COMMIT_ATTEMPTS):
-        read = yield context.call_activity("notices_read", {
-            "session_id": run.job.session_id, "plan_id": run.plan_id, "task_ids": child_ids})
+        read = yield context.call_activity(
+            "notices_read",
+            {"session_id": run.job.session_id, "plan_id": run.plan_id, "task_ids": child_ids},
+        )
         if read.get("plan") is None:
             return False
         run.adopt_recorded(read["plan"]["data"].get("receipts") or {})
@@ -366,7 +474,8 @@ class Facts:
         return clip(
             f"no verdict from the mail service after {self.attempts} send attempt(s) and "
             f"{self.queries} quer{'y' if self.queries == 1 else 'ies'} (last: {self.last}); "
-            f"operation {operation_id} may or may not have been accepted")
+            f"operation {operation_id} may or may not have been accepted"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,11 +503,20 @@ def send_notice(context: df.DurableOrchestrationContext) -> Gen:
         job = task_types.parse_input(CHILD.kind, raw)
     except KernelError as exc:  # built by the parent, so this is a bug: report it, send nothing
         recipient = raw.get("recipient") if isinstance(raw, dict) else None
-        return {"ok": False, "kind": "failed", "recipient": recipient, "outcome": "failed",
-                "detail": f"invalid child input: {exc}", "receipt": None}
+        return {
+            "ok": False,
+            "kind": "failed",
+            "recipient": recipient,
+            "outcome": "failed",
+            "detail": f"invalid child input: {exc}",
+            "receipt": None,
+        }
     set_phase(context, "intent")
-    intent = yield context.call_entity(session_entity(job.session_id), "commit", {"tasks": [
-        {"id": context.instance_id, "status": TaskStatus.RUNNING, "phase": "sending"}]})
+    intent = yield context.call_entity(
+        session_entity(job.session_id),
+        "commit",
+        {"tasks": [{"id": context.instance_id, "status": TaskStatus.RUNNING, "phase": "sending"}]},
+    )
     if intent["ok"]:
         cancel = context.wait_for_external_event(cancel_event(context.instance_id))
         verdict = yield from deliver(context, job, cancel, Facts())
@@ -408,17 +526,29 @@ def send_notice(context: df.DurableOrchestrationContext) -> Gen:
     set_phase(context, "recording", outcome=verdict.outcome)
     recorded = yield from record(context, job, verdict, receipt)
     set_phase(context, "done", outcome=verdict.outcome)
-    return {"ok": verdict.outcome == "confirmed", "kind": verdict.outcome,
-            "recipient": job.recipient, "outcome": verdict.outcome, "detail": verdict.detail,
-            "receipt": receipt, "recorded": recorded}
+    return {
+        "ok": verdict.outcome == "confirmed",
+        "kind": verdict.outcome,
+        "recipient": job.recipient,
+        "outcome": verdict.outcome,
+        "detail": verdict.detail,
+        "receipt": receipt,
+        "recorded": recorded,
+    }
 
 
-def deliver(context: df.DurableOrchestrationContext, job: SendNoticeInput, cancel: Any,
-            facts: Facts) -> Gen:
+def deliver(
+    context: df.DurableOrchestrationContext, job: SendNoticeInput, cancel: Any, facts: Facts
+) -> Gen:
     """Send until the service answers for certain, verifying every answer left open."""
     settings = job.settings
-    send = {"session_id": job.session_id, "operation_id": job.operation_id,
-            "to": job.recipient, "subject": job.subject, "body_ref": job.body_ref}
+    send = {
+        "session_id": job.session_id,
+        "operation_id": job.operation_id,
+        "to": job.recipient,
+        "subject": job.subject,
+        "body_ref": job.body_ref,
+    }
     for _ in range(settings.send_attempts):
         if (yield from sleep_or_cancel(context, cancel, 0)):
             return (yield from after_cancel(context, job, facts))
@@ -441,19 +571,24 @@ def deliver(context: df.DurableOrchestrationContext, job: SendNoticeInput, cance
         if verdict is not None:
             return verdict
         # The service says it never got it: sending again is safe (same key).
-    return Verdict("failed", clip(
-        f"not accepted after {facts.attempts} attempt(s) (last: {facts.last})"))
+    return Verdict(
+        "failed", clip(f"not accepted after {facts.attempts} attempt(s) (last: {facts.last})")
+    )
 
 
 def backoff(settings: NoticeSettings, answer: dict[str, Any], facts: Facts) -> float:
     hinted = answer.get("retry_after")
-    wanted = hinted if isinstance(hinted, int | float) else (
-        settings.retry_backoff_s * 2 ** (facts.attempts - 1))
+    wanted = (
+        hinted
+        if isinstance(hinted, int | float)
+        else (settings.retry_backoff_s * 2 ** (facts.attempts - 1))
+    )
     return min(float(wanted), settings.max_retry_after_s)
 
 
-def confirm(context: df.DurableOrchestrationContext, job: SendNoticeInput, cancel: Any,
-            facts: Facts) -> Gen:
+def confirm(
+    context: df.DurableOrchestrationContext, job: SendNoticeInput, cancel: Any, facts: Facts
+) -> Gen:
     """Ask the service about the operation id after a durable sleep, a bounded number of times.
 
     Returns a Verdict, or None when the service says it never accepted the operation (the
@@ -468,20 +603,28 @@ def confirm(context: df.DurableOrchestrationContext, job: SendNoticeInput, cance
         if answer["kind"] == "accepted":
             return confirmed(answer["receipt"])
         if answer.get("code") == "not_found":
-            return Verdict("cancelled", "cancelled; the service confirms it never got it") \
-                if stopping else None
+            return (
+                Verdict("cancelled", "cancelled; the service confirms it never got it")
+                if stopping
+                else None
+            )
         facts.note(answer)
         if stopping:
             break
     return Verdict("uncertain", facts.unresolved(job.operation_id))
 
 
-def after_cancel(context: df.DurableOrchestrationContext, job: SendNoticeInput,
-                 facts: Facts) -> Gen:
+def after_cancel(
+    context: df.DurableOrchestrationContext, job: SendNoticeInput, facts: Facts
+) -> Gen:
     """Stop sending; a send that may have reached the service is verified once more."""
     if not facts.maybe_sent:
-        return Verdict("cancelled", "cancelled before sending" if not facts.attempts
-                       else "cancelled; no send reached the service")
+        return Verdict(
+            "cancelled",
+            "cancelled before sending"
+            if not facts.attempts
+            else "cancelled; no send reached the service",
+        )
     answer = yield context.call_activity("query_mail", {"operation_id": job.operation_id})
     facts.queries += 1
     if answer["kind"] == "accepted":
@@ -493,32 +636,53 @@ def after_cancel(context: df.DurableOrchestrationContext, job: SendNoticeInput,
 
 
 def receipt_for(job: SendNoticeInput, verdict: Verdict) -> dict[str, Any]:
-    receipt: dict[str, Any] = {"status": verdict.outcome, "operation_id": job.operation_id,
-                               "detail": verdict.detail}
+    receipt: dict[str, Any] = {
+        "status": verdict.outcome,
+        "operation_id": job.operation_id,
+        "detail": verdict.detail,
+    }
     if verdict.service:
-        receipt.update({k: verdict.service.get(k)
-                        for k in ("message_id", "accepted_at", "source")})
+        receipt.update({k: verdict.service.get(k) for k in ("message_id", "accepted_at", "source")})
     return receipt
 
 
-def record(context: df.DurableOrchestrationContext, job: SendNoticeInput, verdict: Verdict,
-           receipt: dict[str, Any]) -> Gen:
+def record(
+    context: df.DurableOrchestrationContext,
+    job: SendNoticeInput,
+    verdict: Verdict,
+    receipt: dict[str, Any],
+) -> Gen:
     """Commit the receipt into the plan and the terminal task status, in one commit."""
     entity = session_entity(job.session_id)
-    task = {"id": context.instance_id, "status": CHILD_STATUS[verdict.outcome],
-            "phase": "done", "reason": clip(verdict.detail, 1000)}
+    task = {
+        "id": context.instance_id,
+        "status": CHILD_STATUS[verdict.outcome],
+        "phase": "done",
+        "reason": clip(verdict.detail, 1000),
+    }
     for _ in range(COMMIT_ATTEMPTS):
-        read = yield context.call_activity("notices_read", {
-            "session_id": job.session_id, "plan_id": job.plan_id, "task_ids": []})
+        read = yield context.call_activity(
+            "notices_read", {"session_id": job.session_id, "plan_id": job.plan_id, "task_ids": []}
+        )
         plan = read.get("plan")
         if plan is None:
             break
         receipts = {**(plan["data"].get("receipts") or {}), job.recipient: receipt}
-        done = yield context.call_entity(entity, "commit", {
-            "documents": [{"id": job.plan_id, "type": "notice_plan",
-                           "data": {**plan["data"], "receipts": receipts},
-                           "expected_version": plan["version"]}],
-            "tasks": [task]})
+        done = yield context.call_entity(
+            entity,
+            "commit",
+            {
+                "documents": [
+                    {
+                        "id": job.plan_id,
+                        "type": "notice_plan",
+                        "data": {**plan["data"], "receipts": receipts},
+                        "expected_version": plan["version"],
+                    }
+                ],
+                "tasks": [task],
+            },
+        )
         if done["ok"]:
             return True
         if done["error"]["error"] != "version_conflict":

@@ -62,7 +62,9 @@ def make_host(tmp_path: Path, store_kind: str, request: pytest.FixtureRequest) -
     hosts: list[HostProcess] = []
     hubs: dict[str, dict[str, str]] = {}
 
-    def factory(app: str = "basic", name: str = "hub", env: dict[str, str] | None = None) -> HostProcess:
+    def factory(
+        app: str = "basic", name: str = "hub", env: dict[str, str] | None = None
+    ) -> HostProcess:
         env = dict(env or {})
         if store_kind == "azure":
             hub_env = hubs.setdefault(name, azure_env(request, name))

@@ -48,10 +48,12 @@ class Dashboard:
         return path == BASE or path.startswith(BASE + "/")
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
-        rest = path[len(BASE):].strip("/")
+        rest = path[len(BASE) :].strip("/")
         try:
             if request.method != "GET":
-                return _error(405, "The dashboard's API only reads; actions use the management API.")
+                return _error(
+                    405, "The dashboard's API only reads; actions use the management API."
+                )
             if rest in ("", "index.html"):
                 return self._page()
             if rest == "api/app":
@@ -133,9 +135,7 @@ class Dashboard:
         return {"instances": rows, "next": token}
 
     async def _instance(self, instance_id: str) -> web.Response:
-        status = await self.client.status(
-            instance_id, show_history=True, show_history_output=True
-        )
+        status = await self.client.status(instance_id, show_history=True, show_history_output=True)
         if status is None:
             return _error(404, f"No instance with ID '{instance_id}' found.")
         return web.json_response(status)
@@ -145,7 +145,8 @@ class Dashboard:
         if self.client.engine.index.entity(name) is None:
             raise ClientError(404, f"No entity function named '{name}' is defined by this app.")
         page = await self.client.query_entities(
-            name, Query(
+            name,
+            Query(
                 top=PAGE_SIZE * 4,
                 continuation=request.query.get("after") or None,
                 entities=True,

@@ -83,7 +83,11 @@ class RefusalLog:
         log.warning(
             "refused %d request(s) without a valid key (one such line a minute at most);"
             " latest: %s %s from %s (%s)",
-            self._held, request.method, what, request.remote, reason,
+            self._held,
+            request.method,
+            what,
+            request.remote,
+            reason,
         )
         self._last, self._held = now, 0
 
@@ -124,7 +128,7 @@ class Gate:
         if not self.enabled:
             return None, path
         if under_rpc:
-            head, _, rest = path[len(RPC_BASE) + 1:].partition("/")
+            head, _, rest = path[len(RPC_BASE) + 1 :].partition("/")
             if keys_mod.matches(head, [self.rpc_secret]):
                 return None, f"{RPC_BASE}/{rest}"
         key = presented_key(request)
@@ -133,12 +137,16 @@ class Gate:
         if path == "/admin" or path.startswith("/admin/"):
             if keys_mod.matches(key, [(await self._keyset()).master]):
                 return None, path
-            return self._refuse(request, "admin API", key, "The admin API needs the master key."), path
+            return self._refuse(
+                request, "admin API", key, "The admin API needs the master key."
+            ), path
         if under_rpc or path == WEBHOOK_BASE or path.startswith(WEBHOOK_BASE + "/"):
             if keys_mod.matches(key, (await self._keyset()).for_webhooks()):
                 return None, path
             what = "management API"
-            message = "The management API needs the durabletask_extension system key or the master key."
+            message = (
+                "The management API needs the durabletask_extension system key or the master key."
+            )
             return self._refuse(request, what, key, message), path
         return None, path
 
@@ -189,7 +197,9 @@ def authority(host: str) -> str:
 def decide(mode: str | None, host: str) -> tuple[bool, str]:
     """Whether keys are required, and the start-up line that says so and why."""
     if mode == "keys" or (mode is None and not is_loopback(host)):
-        why = "--auth keys" if mode == "keys" else f"the host listens beyond loopback ({host or '*'})"
+        why = (
+            "--auth keys" if mode == "keys" else f"the host listens beyond loopback ({host or '*'})"
+        )
         return True, (
             f"auth: keys required ({why}): function keys for app functions, the master key for"
             " /admin, the durabletask_extension system key for the management API;"
@@ -211,7 +221,12 @@ def parse_public_url(text: str | None) -> str | None:
     if not text or not text.strip():
         return None
     parsed = urlsplit(text.strip())
-    if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.query or parsed.fragment:
+    if (
+        parsed.scheme not in ("http", "https")
+        or not parsed.netloc
+        or parsed.query
+        or parsed.fragment
+    ):
         raise ValueError(
             f"the public URL {text!r} must be an http:// or https:// address with no query,"
             " e.g. https://durable.example.com"

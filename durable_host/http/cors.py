@@ -15,7 +15,9 @@ from aiohttp import web
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def middleware(origins: tuple[str, ...], credentials: bool) -> Callable[..., Awaitable[web.StreamResponse]]:
+def middleware(
+    origins: tuple[str, ...], credentials: bool
+) -> Callable[..., Awaitable[web.StreamResponse]]:
     any_origin = "*" in origins
 
     def allowed(origin: str | None) -> bool:

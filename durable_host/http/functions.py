@@ -118,9 +118,13 @@ class FunctionRoutes:
         status = 405 if allowed else 404
         return web.Response(status=status)
 
-    async def _invoke(self, info: FunctionInfo, request: web.Request, params: dict[str, str]) -> web.StreamResponse:
+    async def _invoke(
+        self, info: FunctionInfo, request: web.Request, params: dict[str, str]
+    ) -> web.StreamResponse:
         try:
-            body = await read_body(request, self.limits.max_request_bytes, "request body", self.limits)
+            body = await read_body(
+                request, self.limits.max_request_bytes, "request body", self.limits
+            )
         except ClientError as error:
             # The body is the app's to parse; the host only bounds its size and read time.
             kind = "request_too_large" if error.status == 413 else "request_timeout"
@@ -136,13 +140,18 @@ class FunctionRoutes:
         kwargs = invocation.build_kwargs(info, req, lambda: self.client_json(request), self.app_dir)
         try:
             result = await telemetry.run_function(  # the call's span, current while it runs
-                info.name, info.trigger().get("route") or info.name, request.method,
+                info.name,
+                info.trigger().get("route") or info.name,
+                request.method,
                 invocation.call(info.fn, kwargs),
             )
         except Exception:
             log.exception("HTTP function %s failed", info.name)
             return web.json_response(
-                {"error": "function_failed", "message": f"The function '{info.name}' raised an exception."},
+                {
+                    "error": "function_failed",
+                    "message": f"The function '{info.name}' raised an exception.",
+                },
                 status=500,
             )
         return to_response(result)
@@ -158,7 +167,9 @@ def to_response(result: object) -> web.StreamResponse:
         if not any(k.lower() == "content-type" for k in headers):
             mimetype = result.mimetype or "text/plain"
             headers["Content-Type"] = (
-                f"{mimetype}; charset={result.charset}" if mimetype.startswith("text/") else mimetype
+                f"{mimetype}; charset={result.charset}"
+                if mimetype.startswith("text/")
+                else mimetype
             )
         return web.Response(status=result.status_code, body=result.get_body(), headers=headers)
     return web.Response(status=500, text="The function returned an unsupported value.")

@@ -50,7 +50,7 @@ async def _value_of(request: web.Request) -> str | None:
     try:
         data = json.loads(body)
     except ValueError as exc:
-        raise KeyChangeError(400, "The body must be JSON: {\"value\": \"...\"}.") from exc
+        raise KeyChangeError(400, 'The body must be JSON: {"value": "..."}.') from exc
     if not isinstance(data, dict) or not isinstance(data.get("value", ""), str):
         raise KeyChangeError(400, "The body must be a JSON object with a string 'value'.")
     value = data.get("value")

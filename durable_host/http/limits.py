@@ -141,14 +141,18 @@ def check_json(body: bytes, what: str, max_depth: int) -> str:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ClientError(
-            400, f"The {what} holds a lone surrogate (a \\uD800-\\uDFFF escape without its pair).",
-            "Newtonsoft.Json.JsonReaderException", title=INVALID_JSON,
+            400,
+            f"The {what} holds a lone surrogate (a \\uD800-\\uDFFF escape without its pair).",
+            "Newtonsoft.Json.JsonReaderException",
+            title=INVALID_JSON,
         ) from exc
     except RecursionError as exc:
         raise _too_deep(what, max_depth) from exc
     except ValueError as exc:
         raise ClientError(
-            400, f"The {what} is not valid JSON: {exc}", "Newtonsoft.Json.JsonReaderException",
+            400,
+            f"The {what} is not valid JSON: {exc}",
+            "Newtonsoft.Json.JsonReaderException",
             title=INVALID_JSON,
         ) from exc
     if json_depth(text, max_depth) > max_depth:
@@ -176,8 +180,10 @@ def json_depth(text: str, limit: int) -> int:
 
 def _too_deep(what: str, max_depth: int) -> ClientError:
     return ClientError(
-        400, f"The {what} nests arrays and objects deeper than {max_depth} levels.",
-        "Newtonsoft.Json.JsonReaderException", title=INVALID_JSON,
+        400,
+        f"The {what} nests arrays and objects deeper than {max_depth} levels.",
+        "Newtonsoft.Json.JsonReaderException",
+        title=INVALID_JSON,
     )
 
 

@@ -191,7 +191,9 @@ def _waiting_for_request(handler: object) -> bool:
     return waiter is not None and not waiter.done()
 
 
-async def serve(app: web.Application, host: str, port: int, limits: Limits) -> tuple[web.AppRunner, int]:
+async def serve(
+    app: web.Application, host: str, port: int, limits: Limits
+) -> tuple[web.AppRunner, int]:
     """Serve ``app`` on ``host:port`` (0: any free port); the runner and the bound port."""
     logging.getLogger("aiohttp.server").addFilter(_ProtocolErrorFilter())
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.header_timeout)

@@ -31,13 +31,20 @@ from durable_host.records import TERMINAL, Query, RuntimeStatus
 WEBHOOK_BASE = "/runtime/webhooks/durabletask"
 RPC_BASE = "/durabletask"
 RUNTIME_STATUSES: tuple[str, ...] = (  # in the order the 400 answer lists them
-    RuntimeStatus.RUNNING, RuntimeStatus.COMPLETED, RuntimeStatus.CONTINUED_AS_NEW,
-    RuntimeStatus.FAILED, RuntimeStatus.CANCELED, RuntimeStatus.TERMINATED,
-    RuntimeStatus.PENDING, RuntimeStatus.SUSPENDED,
+    RuntimeStatus.RUNNING,
+    RuntimeStatus.COMPLETED,
+    RuntimeStatus.CONTINUED_AS_NEW,
+    RuntimeStatus.FAILED,
+    RuntimeStatus.CANCELED,
+    RuntimeStatus.TERMINATED,
+    RuntimeStatus.PENDING,
+    RuntimeStatus.SUSPENDED,
 )
 
 
-def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+def json_response(
+    body: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
     return web.Response(
         status=status, text=json.dumps(body), content_type="application/json", headers=headers
     )
@@ -132,7 +139,9 @@ class ManagementApi:
 
     # --- orchestrations ---
 
-    async def _start(self, request: web.Request, name: str, instance_id: str | None) -> web.Response:
+    async def _start(
+        self, request: web.Request, name: str, instance_id: str | None
+    ) -> web.Response:
         input_json = await self._json_input(request, "request body")
         version = request.query.get("version")
         waiting = _wait_options(request)
@@ -198,14 +207,18 @@ class ManagementApi:
 
     async def _purge_many(self, request: web.Request) -> web.Response:
         if not request.query.get("createdTimeFrom"):
-            raise ClientError(400, "Please provide value for 'createdTimeFrom' parameter.", plain=True)
+            raise ClientError(
+                400, "Please provide value for 'createdTimeFrom' parameter.", plain=True
+            )
         query = parse_query(request)
         count = await self.client.purge_many(query)
         if count == 0:
             return web.Response(status=404)
         return json_response({"instancesDeleted": count})
 
-    async def _instance_action(self, request: web.Request, instance_id: str, rest: list[str]) -> web.Response:
+    async def _instance_action(
+        self, request: web.Request, instance_id: str, rest: list[str]
+    ) -> web.Response:
         action = rest[0].lower()  # the extension matches operations case-insensitively
         reason = request.query.get("reason")
         if action == "raiseevent" and len(rest) == 2:
@@ -269,7 +282,10 @@ class ManagementApi:
             if not record.entity_exists:
                 continue
             row: dict[str, Any] = {
-                "entityId": {"name": name.lower(), "key": wire.split_entity_id(record.instance_id)[1]},
+                "entityId": {
+                    "name": name.lower(),
+                    "key": wire.split_entity_id(record.instance_id)[1],
+                },
                 "lastOperationTime": record.updated_at[:19] + "Z",
             }
             if fetch:
@@ -294,7 +310,9 @@ class ManagementApi:
 
     def _is_json(self, text: str) -> bool:
         try:
-            limits.check_json(text.encode("utf-8", "surrogatepass"), "input", self.limits.max_json_depth)
+            limits.check_json(
+                text.encode("utf-8", "surrogatepass"), "input", self.limits.max_json_depth
+            )
         except ClientError:
             return False
         return True

@@ -67,8 +67,10 @@ def client_binding_json(
             "taskHubName": hub,
             "connectionName": "Storage",
             "creationUrls": {
-                "createNewInstancePostUri": f"{root}/orchestrators/{{functionName}}[/{{instanceId}}]" + (f"?{q}" if q else ""),
-                "createAndWaitOnNewInstancePostUri": f"{root}/orchestrators/{{functionName}}[/{{instanceId}}]?timeout={{timeoutInSeconds}}&pollingInterval={{intervalInSeconds}}" + (f"&{q}" if q else ""),
+                "createNewInstancePostUri": f"{root}/orchestrators/{{functionName}}[/{{instanceId}}]"
+                + (f"?{q}" if q else ""),
+                "createAndWaitOnNewInstancePostUri": f"{root}/orchestrators/{{functionName}}[/{{instanceId}}]?timeout={{timeoutInSeconds}}&pollingInterval={{intervalInSeconds}}"
+                + (f"&{q}" if q else ""),
             },
             "managementUrls": urls,
             "baseUrl": root,
@@ -121,10 +123,12 @@ def build_app(
             return await dashboard.handle(request, path)
         for base in (WEBHOOK_BASE, RPC_BASE):
             if path == base or path.startswith(base + "/"):
-                return await management.handle(request, path[len(base):])
+                return await management.handle(request, path[len(base) :])
         if path.startswith(prefix) or (not route_prefix):
-            return await functions.handle(request, path[len(prefix):])
-        return web.json_response({"error": "not_found", "message": f"No route for {path}"}, status=404)
+            return await functions.handle(request, path[len(prefix) :])
+        return web.json_response(
+            {"error": "not_found", "message": f"No route for {path}"}, status=404
+        )
 
     # telemetry: a request's traceparent is the current context while it is handled
     middlewares = [_errors_as_json, telemetry.extract_context]

@@ -228,9 +228,19 @@ class SqliteStore:
             db.execute(
                 f"INSERT OR REPLACE INTO instances ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
-                    record.instance_id, record.name, record.status, record.execution_id,
-                    record.version, record.input_json, None, None, record.created_at,
-                    record.updated_at, record.parent_instance_id, None, 0,
+                    record.instance_id,
+                    record.name,
+                    record.status,
+                    record.execution_id,
+                    record.version,
+                    record.input_json,
+                    None,
+                    None,
+                    record.created_at,
+                    record.updated_at,
+                    record.parent_instance_id,
+                    None,
+                    0,
                 ),
             )
             db.execute(
@@ -325,8 +335,13 @@ class SqliteStore:
                 " entity_state=excluded.entity_state, entity_exists=excluded.entity_exists,"
                 " status=excluded.status",
                 (
-                    commit.instance_id, name, RuntimeStatus.RUNNING, commit.now, commit.now,
-                    commit.state_json, int(commit.exists),
+                    commit.instance_id,
+                    name,
+                    RuntimeStatus.RUNNING,
+                    commit.now,
+                    commit.now,
+                    commit.state_json,
+                    int(commit.exists),
                 ),
             )
             db.executemany(
@@ -363,9 +378,7 @@ class SqliteStore:
 
     async def mark_activity_dequeued(self, work_id: int) -> int:
         def body(db: sqlite3.Connection) -> int:
-            db.execute(
-                "UPDATE activities SET dequeue_count=dequeue_count+1 WHERE id=?", (work_id,)
-            )
+            db.execute("UPDATE activities SET dequeue_count=dequeue_count+1 WHERE id=?", (work_id,))
             row = db.execute("SELECT dequeue_count FROM activities WHERE id=?", (work_id,))
             found = row.fetchone()
             return int(found[0]) if found else 0
@@ -467,7 +480,9 @@ class SqliteStore:
 
         def body(db: sqlite3.Connection) -> int:
             where, args = filters(terminal)
-            ids = [r[0] for r in db.execute(f"SELECT instance_id FROM instances WHERE {where}", args)]
+            ids = [
+                r[0] for r in db.execute(f"SELECT instance_id FROM instances WHERE {where}", args)
+            ]
             return purge_ids(db, ids)
 
         return await self._write("purge_many", body)

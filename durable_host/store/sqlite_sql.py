@@ -105,18 +105,35 @@ def update_instance(db: sqlite3.Connection, instance_id: str, episode: Episode, 
             "UPDATE instances SET execution_id=?, name=?, input=?, version=?,"
             " parent_instance_id=?, output=NULL, custom_status=NULL WHERE instance_id=?",
             (
-                episode.execution_id, episode.name, episode.input_json, episode.version,
-                codec.parent_instance_id(episode), instance_id,
+                episode.execution_id,
+                episode.name,
+                episode.input_json,
+                episode.version,
+                codec.parent_instance_id(episode),
+                instance_id,
             ),
         )
-        if db.execute("SELECT 1 FROM instances WHERE instance_id=?", (instance_id,)).fetchone() is None:
+        if (
+            db.execute("SELECT 1 FROM instances WHERE instance_id=?", (instance_id,)).fetchone()
+            is None
+        ):
             # Sub-orchestrations are created by their first episode, not by a client call.
             db.execute(
                 f"INSERT INTO instances ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
-                    instance_id, episode.name, RuntimeStatus.RUNNING, episode.execution_id,
-                    episode.version, episode.input_json, None, None, now, now,
-                    codec.parent_instance_id(episode), None, 0,
+                    instance_id,
+                    episode.name,
+                    RuntimeStatus.RUNNING,
+                    episode.execution_id,
+                    episode.version,
+                    episode.input_json,
+                    None,
+                    None,
+                    now,
+                    now,
+                    codec.parent_instance_id(episode),
+                    None,
+                    0,
                 ),
             )
     sets, args = ["updated_at=?"], [now]
@@ -145,8 +162,13 @@ def write_outbox(db: sqlite3.Connection, episode: Episode) -> list[ActivityWork]
             assert cursor.lastrowid is not None
             created.append(
                 ActivityWork(
-                    cursor.lastrowid, p["instance_id"], p["execution_id"], p["task_id"],
-                    p["name"], p["input_json"], 1,
+                    cursor.lastrowid,
+                    p["instance_id"],
+                    p["execution_id"],
+                    p["task_id"],
+                    p["name"],
+                    p["input_json"],
+                    1,
                 )
             )
         else:

@@ -30,7 +30,9 @@ def kernel_env(
 
 
 @pytest.fixture(scope="module", params=store_specs())
-def kernel_host(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
+def kernel_host(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HostProcess]:
     tmp = tmp_path_factory.mktemp("kernel")
     kind = str(request.param)
     host = HostProcess(ROOT, store_spec_for(kind, tmp, "kernel"), env=kernel_env(tmp, kind=kind))

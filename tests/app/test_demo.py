@@ -11,7 +11,10 @@ from tests.harness import ROOT
 def test_demo_completes_and_sends_each_notice_once(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "demo", "--exit", "--port", "0", "--state-dir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -88,6 +88,8 @@ def test_loops_declared_by_setting_start_with_the_app(fresh_kernel_host) -> None
         {"sessionId": "configured", "loopId": "broken", "schedule": "nope", "prompt": "p"},
     ]
     host = fresh_kernel_host({"AGENT_LOOPS": json.dumps(configured)}).start()
-    found = wait_for(lambda: in_state(host, "nightly", "sleeping", session="configured"), 30, "loop")
+    found = wait_for(
+        lambda: in_state(host, "nightly", "sleeping", session="configured"), 30, "loop"
+    )
     assert found["loop"]["schedule"] == "0 0 2 * * *"
     assert "broken" not in loops_of(host, "configured")

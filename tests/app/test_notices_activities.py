@@ -25,8 +25,12 @@ def config(base_url: str, timeout: float = 5.0) -> mail.MailConfig:
 
 
 def control(base_url: str, body: dict[str, Any]) -> None:
-    request = urllib.request.Request(base_url + "/control", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"}, method="POST")
+    request = urllib.request.Request(
+        base_url + "/control",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+        method="POST",
+    )
     urllib.request.urlopen(request, timeout=5).close()
 
 
@@ -56,7 +60,11 @@ def test_a_rejected_recipient_is_a_definite_no(mailbox: str) -> None:
     answer = send(config(mailbox))
 
     assert (answer["ok"], answer["kind"], answer["code"], answer["maybe_sent"]) == (
-        False, "rejected", "recipient_rejected", False)
+        False,
+        "rejected",
+        "recipient_rejected",
+        False,
+    )
 
 
 def test_a_rate_limit_is_transient_and_proves_nothing_was_sent(mailbox: str) -> None:
@@ -126,9 +134,13 @@ def test_retry_after_is_read_as_seconds_or_as_a_date() -> None:
 
 
 def test_notice_settings_are_read_from_app_settings_by_field_name() -> None:
-    found, problem = notice_session.settings_from_env({
-        "AGENT_NOTICE_CONFIRM_INTERVAL_S": "0.5", "AGENT_NOTICE_MAX_PARALLEL": "2",
-        "AGENT_OTHER": "x"})
+    found, problem = notice_session.settings_from_env(
+        {
+            "AGENT_NOTICE_CONFIRM_INTERVAL_S": "0.5",
+            "AGENT_NOTICE_MAX_PARALLEL": "2",
+            "AGENT_OTHER": "x",
+        }
+    )
 
     assert (found, problem) == ({"confirm_interval_s": 0.5, "max_parallel": 2}, None)
     _, problem = notice_session.settings_from_env({"AGENT_NOTICE_SEND_ATTEMPTS": "many"})

@@ -23,8 +23,12 @@ from kernel import ids
 from tests.harness import WEBHOOK, HostProcess, wait_for
 
 FIVE = [f"customer{n}@example.com" for n in range(1, 6)]
-FAST = {"confirm_interval_s": 0.2, "retry_backoff_s": 0.1, "max_retry_after_s": 0.2,
-        "cancel_grace_s": 5}
+FAST = {
+    "confirm_interval_s": 0.2,
+    "retry_backoff_s": 0.1,
+    "max_retry_after_s": 0.2,
+    "cancel_grace_s": 5,
+}
 
 
 # --- the mailbox -----------------------------------------------------------------------------
@@ -32,8 +36,12 @@ FAST = {"confirm_interval_s": 0.2, "retry_backoff_s": 0.1, "max_retry_after_s": 
 
 def mailbox_call(base_url: str, path: str, body: Any = None) -> Any:
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(base_url + path, data, {"Content-Type": "application/json"},
-                                     method="POST" if data is not None else "GET")
+    request = urllib.request.Request(
+        base_url + path,
+        data,
+        {"Content-Type": "application/json"},
+        method="POST" if data is not None else "GET",
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.load(response)
 
@@ -59,19 +67,32 @@ class Notices:
     def __init__(self, host: HostProcess, session_id: str = "notices-1") -> None:
         self.host = host
         self.session_id = session_id
-        created = host.post(f"/api/sessions/{session_id}/submissions",
-                            {"requestId": "setup", "text": "hello"})
+        created = host.post(
+            f"/api/sessions/{session_id}/submissions", {"requestId": "setup", "text": "hello"}
+        )
         assert created.status == 202, created.body
         self.submission_id = created.json()["submissionId"]
         self.turn_id = created.json()["instanceId"]
         assert host.wait_for_status(self.turn_id, timeout=60)["runtimeStatus"] == "Completed"
         self.instance_id = ids.child_task_id(self.turn_id, "notices")
 
-    def start(self, recipients: list[str], policy: str = "allSettled",
-              settings: dict[str, Any] | None = None, **extra: Any) -> str:
-        body = {"session_id": self.session_id, "submission_id": self.submission_id,
-                "tool_task_id": self.turn_id, "recipients": recipients, "subject": "Q3 update",
-                "policy": policy, "settings": {**FAST, **(settings or {})}, **extra}
+    def start(
+        self,
+        recipients: list[str],
+        policy: str = "allSettled",
+        settings: dict[str, Any] | None = None,
+        **extra: Any,
+    ) -> str:
+        body = {
+            "session_id": self.session_id,
+            "submission_id": self.submission_id,
+            "tool_task_id": self.turn_id,
+            "recipients": recipients,
+            "subject": "Q3 update",
+            "policy": policy,
+            "settings": {**FAST, **(settings or {})},
+            **extra,
+        }
         if "body_ref" not in body:
             body["body"] = "Your plan changes on May 1."
         return self.host.start_orchestration("send_notices", body, self.instance_id)
@@ -104,12 +125,17 @@ class Notices:
         return [(s.get("customStatus") or {}).get("phase") for s in statuses]
 
     def wait_phases(self, count: int, phase: str, timeout: float = 20.0) -> None:
-        wait_for(lambda: self.phases(count) == [phase] * count, timeout,
-                 f"{count} children in phase {phase}")
+        wait_for(
+            lambda: self.phases(count) == [phase] * count,
+            timeout,
+            f"{count} children in phase {phase}",
+        )
 
     def cancel(self, reason: str) -> None:
-        resp = self.host.post(f"{WEBHOOK}/instances/{self.instance_id}/raiseEvent/"
-                              f"cancel:{self.instance_id}", {"reason": reason})
+        resp = self.host.post(
+            f"{WEBHOOK}/instances/{self.instance_id}/raiseEvent/cancel:{self.instance_id}",
+            {"reason": reason},
+        )
         assert resp.status == 202, resp.body
 
 
@@ -122,8 +148,9 @@ def by_recipient(output: dict[str, Any]) -> dict[str, str]:
 
 
 @pytest.fixture
-def notices_host(fresh_kernel_host: Callable[..., HostProcess],
-                 mailbox: str) -> Callable[..., HostProcess]:
+def notices_host(
+    fresh_kernel_host: Callable[..., HostProcess], mailbox: str
+) -> Callable[..., HostProcess]:
     def factory(**env: str) -> HostProcess:
         return fresh_kernel_host({"AGENT_MAIL_BASE_URL": mailbox, **env})
 
@@ -135,8 +162,11 @@ def notices_host(fresh_kernel_host: Callable[..., HostProcess],
 
 def test_all_settled_sends_to_everyone_and_reports_the_rejected_recipient(notices_host, mailbox):
     run = Notices(notices_host().start())
-    note = {"id": "approved-notice", "type": "note",
-            "data": {"title": "Approved", "text": "The approved text."}}
+    note = {
+        "id": "approved-notice",
+        "type": "note",
+        "data": {"title": "Approved", "text": "The approved text."},
+    }
     run.host.post(f"{WEBHOOK}/entities/session/{run.session_id}?op=commit", {"documents": [note]})
     wait_for(lambda: "approved-notice" in run.view()["documents"], 10, "the note")
     mailbox_call(mailbox, "/control", {"reject": ["blocked@example.com"]})
@@ -145,9 +175,11 @@ def test_all_settled_sends_to_everyone_and_reports_the_rejected_recipient(notice
     run.start(recipients, body_ref="approved-notice")
     output = run.output()
 
-    assert by_recipient(output) == {"ana@example.com": "confirmed",
-                                    "blocked@example.com": "rejected",
-                                    "cy@example.com": "confirmed"}
+    assert by_recipient(output) == {
+        "ana@example.com": "confirmed",
+        "blocked@example.com": "rejected",
+        "cy@example.com": "confirmed",
+    }
     assert (output["ok"], output["kind"]) == (False, "settled")
     assert output["summary"] == "2 of 3 confirmed; 1 rejected"
     assert deliveries(mailbox) == {"ana@example.com": 1, "cy@example.com": 1}
@@ -167,33 +199,50 @@ def test_fail_fast_stops_at_the_first_failure_and_cancels_the_rest(notices_host,
     # The sends to ana and cy are accepted but their answers are held past the client's
     # timeout, so both children are still verifying when blocked@ is refused.
     run = Notices(notices_host(AGENT_MAIL_TIMEOUT_S="1").start())
-    mailbox_call(mailbox, "/control", {"reject": ["blocked@example.com"], "delay_ms": 4000,
-                                       "delay_after_commit": True})
+    mailbox_call(
+        mailbox,
+        "/control",
+        {"reject": ["blocked@example.com"], "delay_ms": 4000, "delay_after_commit": True},
+    )
     recipients = ["ana@example.com", "blocked@example.com", "cy@example.com", "dee@example.com"]
 
     run.start(recipients, "failFast", {"max_parallel": 3, "confirm_interval_s": 120})
     output = run.output()
 
     assert by_recipient(output) == {
-        "ana@example.com": "confirmed", "blocked@example.com": "rejected",
-        "cy@example.com": "confirmed", "dee@example.com": "cancelled"}
+        "ana@example.com": "confirmed",
+        "blocked@example.com": "rejected",
+        "cy@example.com": "confirmed",
+        "dee@example.com": "cancelled",
+    }
     assert (output["ok"], output["kind"]) == (False, "stopped")
     assert output["summary"] == (
-        "2 of 4 confirmed; 1 rejected, 1 cancelled (failFast: blocked@example.com rejected)")
+        "2 of 4 confirmed; 1 rejected, 1 cancelled (failFast: blocked@example.com rejected)"
+    )
     # Cancelling did not make the accepted sends disappear: they were verified by query.
     receipts = run.plan()["receipts"]
     assert [receipts[a]["source"] for a in ("ana@example.com", "cy@example.com")] == [
-        "confirm", "confirm"]
+        "confirm",
+        "confirm",
+    ]
     assert receipts["dee@example.com"]["status"] == "cancelled"
     assert deliveries(mailbox) == {"ana@example.com": 1, "cy@example.com": 1}
     for n in (1, 3):
-        raised = [e["Name"] for e in run.history(run.child(n))
-                  if e["EventType"] == "EventRaised" and e["Name"].startswith("cancel:")]
+        raised = [
+            e["Name"]
+            for e in run.history(run.child(n))
+            if e["EventType"] == "EventRaised" and e["Name"].startswith("cancel:")
+        ]
         assert raised == [f"cancel:{run.child(n)}"]
     assert run.host.status(run.child(4)) is None  # never started
-    parent_statuses = [item["status"] for change in run.host.get(
-        f"/api/sessions/{run.session_id}/changes?after=0").json()["changes"]
-        for item in change["items"] if item.get("id") == run.instance_id]
+    parent_statuses = [
+        item["status"]
+        for change in run.host.get(f"/api/sessions/{run.session_id}/changes?after=0").json()[
+            "changes"
+        ]
+        for item in change["items"]
+        if item.get("id") == run.instance_id
+    ]
     assert parent_statuses == ["waiting", "completing", "failed"]
 
 
@@ -213,7 +262,8 @@ def test_cancelling_the_parent_cascades_to_children_waiting_to_retry(notices_hos
     assert set(by_recipient(output).values()) == {"cancelled"}
     assert (output["ok"], output["kind"]) == (False, "cancelled")
     assert output["summary"] == (
-        "0 of 3 confirmed; 3 cancelled (cancel requested: the customer withdrew the notice)")
+        "0 of 3 confirmed; 3 cancelled (cancel requested: the customer withdrew the notice)"
+    )
     assert deliveries(mailbox) == {}
     tasks = run.tasks()
     assert {t["status"] for t in tasks.values()} == {"cancelled"}
@@ -263,17 +313,27 @@ def test_a_send_the_service_can_neither_confirm_nor_deny_ends_uncertain(notices_
 # --- bad input -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("changes", "code", "field"), [
-    ({"recipients": []}, "no_recipients", "recipients"),
-    ({"recipients": ["ana@example.com", "ana at example.com"]},
-     "invalid_recipient", "recipients[1]"),
-    ({"recipients": ["ana@example.com", "Ana@Example.com"]},
-     "duplicate_recipient", "recipients[1]"),
-    ({"body_ref": "sha256:" + "0" * 64}, "body_not_found", "body_ref"),
-    ({"body_ref": "no-such-note"}, "body_not_found", "body_ref"),
-])
-def test_bad_input_is_refused_before_anything_is_planned_or_sent(notices_host, mailbox, changes,
-                                                                 code, field):
+@pytest.mark.parametrize(
+    ("changes", "code", "field"),
+    [
+        ({"recipients": []}, "no_recipients", "recipients"),
+        (
+            {"recipients": ["ana@example.com", "ana at example.com"]},
+            "invalid_recipient",
+            "recipients[1]",
+        ),
+        (
+            {"recipients": ["ana@example.com", "Ana@Example.com"]},
+            "duplicate_recipient",
+            "recipients[1]",
+        ),
+        ({"body_ref": "sha256:" + "0" * 64}, "body_not_found", "body_ref"),
+        ({"body_ref": "no-such-note"}, "body_not_found", "body_ref"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_is_planned_or_sent(
+    notices_host, mailbox, changes, code, field
+):
     changes = dict(changes)  # the parameter is shared with the run on the other store
     run = Notices(notices_host().start())
     before = run.view()
@@ -357,11 +417,21 @@ def test_children_asleep_between_confirm_attempts_wake_after_a_restart(notices_h
     for n, address in enumerate(recipients, start=1):
         assert receipts[address]["source"] == "confirm"
         assert kinds_for(mailbox, receipts[address]["operation_id"]) == [
-            "query", "delivery", "delayed", "query"]
+            "query",
+            "delivery",
+            "delayed",
+            "query",
+        ]
         history = run.history(run.child(n))
-        [created] = [e for e in history if e["EventType"] == "TimerCreated"
-                     and at(e["FireAt"]) > at(e["Timestamp"])]  # the sleep, not a check
-        [fired] = [e for e in history if e["EventType"] == "TimerFired"
-                   and e["FireAt"] == created["FireAt"]]
+        [created] = [
+            e
+            for e in history
+            if e["EventType"] == "TimerCreated" and at(e["FireAt"]) > at(e["Timestamp"])
+        ]  # the sleep, not a check
+        [fired] = [
+            e
+            for e in history
+            if e["EventType"] == "TimerFired" and e["FireAt"] == created["FireAt"]
+        ]
         assert at(created["Timestamp"]) < killed_at < at(fired["Timestamp"])
     assert deliveries(mailbox) == {a: 1 for a in recipients}

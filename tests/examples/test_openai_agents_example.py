@@ -18,7 +18,9 @@ from aiohttp import web
 
 from tests.harness import ROOT
 
-pytest.importorskip("agents", reason="needs openai-agents (examples/openai_agents/requirements.txt)")
+pytest.importorskip(
+    "agents", reason="needs openai-agents (examples/openai_agents/requirements.txt)"
+)
 
 APP = ROOT / "examples" / "openai_agents"
 REQUEST = {"question": "Where should we go this weekend?", "friend": "Ann"}
@@ -70,9 +72,11 @@ class ModelServer:
 
     async def _responses(self, request: web.Request) -> web.Response:
         body = await request.json()
-        items = body["input"] if isinstance(body["input"], list) else [
-            {"role": "user", "content": body["input"]}
-        ]
+        items = (
+            body["input"]
+            if isinstance(body["input"], list)
+            else [{"role": "user", "content": body["input"]}]
+        )
         self.requests.append(body)
         self.arrived.set()
         await asyncio.to_thread(self.release.wait, 60)
@@ -80,19 +84,32 @@ class ModelServer:
         who = str(body.get("instructions") or "").split(" ")[0]
         text = f"{who} {items[-1]['content']}"
         output = {
-            "type": "message", "id": f"msg_{n}", "role": "assistant", "status": "completed",
+            "type": "message",
+            "id": f"msg_{n}",
+            "role": "assistant",
+            "status": "completed",
             "content": [{"type": "output_text", "text": text, "annotations": []}],
         }
-        return web.json_response({
-            "id": f"resp_{n}", "object": "response", "created_at": 0, "status": "completed",
-            "model": body.get("model") or "test-model", "output": [output],
-            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
-            "usage": {
-                "input_tokens": 10, "output_tokens": 5, "total_tokens": 15,
-                "input_tokens_details": {"cached_tokens": 0},
-                "output_tokens_details": {"reasoning_tokens": 0},
-            },
-        })
+        return web.json_response(
+            {
+                "id": f"resp_{n}",
+                "object": "response",
+                "created_at": 0,
+                "status": "completed",
+                "model": body.get("model") or "test-model",
+                "output": [output],
+                "parallel_tool_calls": True,
+                "tool_choice": "auto",
+                "tools": [],
+                "usage": {
+                    "input_tokens": 10,
+                    "output_tokens": 5,
+                    "total_tokens": 15,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                },
+            }
+        )
 
 
 @pytest.fixture
@@ -103,8 +120,11 @@ def model() -> Iterator[ModelServer]:
 
 
 def settings(model: ModelServer) -> dict[str, str]:
-    return {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test-key",
-            "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+    return {
+        "OPENAI_BASE_URL": model.base_url,
+        "OPENAI_API_KEY": "test-key",
+        "OPENAI_AGENTS_DISABLE_TRACING": "1",
+    }
 
 
 def test_two_agents_answer_through_model_call_activities(

@@ -11,10 +11,14 @@ from tests.harness import APPS, HostProcess, store_spec_for, store_specs
 
 
 @pytest.fixture(scope="module", params=store_specs())
-def shared_host(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
+def shared_host(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HostProcess]:
     tmp: Path = tmp_path_factory.mktemp("shared")
     marks = tmp / "marks.txt"
-    host = HostProcess(APPS / "basic", store_spec_for(str(request.param), tmp), env={"BASIC_APP_MARKS": str(marks)})
+    host = HostProcess(
+        APPS / "basic", store_spec_for(str(request.param), tmp), env={"BASIC_APP_MARKS": str(marks)}
+    )
     host.start()
     yield host
     host.kill()

@@ -39,9 +39,22 @@ def keys_of(host: HostProcess) -> dict[str, Any]:
     """What ``python -m durable_host keys --json`` prints for the host's store."""
     env = {**os.environ, **host.env, "PYTHONPATH": str(PACKAGE_ROOT)}
     out = subprocess.run(
-        [sys.executable, "-m", "durable_host", "keys", "--app-dir", str(host.app_dir),
-         "--store", host.store, "--json"],
-        capture_output=True, text=True, env=env, timeout=60, check=True,
+        [
+            sys.executable,
+            "-m",
+            "durable_host",
+            "keys",
+            "--app-dir",
+            str(host.app_dir),
+            "--store",
+            host.store,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
     )
     return json.loads(out.stdout)
 
@@ -73,7 +86,9 @@ def assert_refused(resp: Response) -> None:
 
 
 @pytest.fixture(scope="module", params=store_specs())
-def secured(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
+def secured(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HostProcess]:
     tmp: Path = tmp_path_factory.mktemp("secured")
     host = HostProcess(APP, store_spec_for(str(request.param), tmp), args=["--auth", "keys"])
     host.start()
@@ -108,7 +123,9 @@ def test_app_routes_follow_their_auth_level_by_header_and_by_code(secured, keys)
     assert_refused(secured.get("/api/guarded"))
     assert_refused(secured.get("/api/guarded", headers=with_key("not-the-key")))
     assert_refused(secured.get("/api/guarded?code=wrong"))
-    assert_refused(secured.get("/api/guarded", headers=with_key(skey)))  # a system key is no function key
+    assert_refused(
+        secured.get("/api/guarded", headers=with_key(skey))
+    )  # a system key is no function key
     assert secured.get("/api/guarded", headers=with_key(fkey)).status == 200
     assert secured.get(f"/api/guarded?{code(fkey)}").status == 200
     assert secured.get(f"/api/guarded?{code(mkey)}").status == 200
@@ -132,13 +149,19 @@ def test_a_function_key_opens_only_its_function_until_it_is_revoked(secured, key
     listed = secured.get("/admin/functions/guarded/keys", headers=with_key(mkey)).json()
     assert {"name": "partner", "value": partner} in listed["keys"]
 
-    assert secured.request(
-        "DELETE", "/admin/functions/guarded/keys/partner", headers=with_key(mkey)
-    ).status == 204
+    assert (
+        secured.request(
+            "DELETE", "/admin/functions/guarded/keys/partner", headers=with_key(mkey)
+        ).status
+        == 204
+    )
     assert_refused(secured.get("/api/guarded", headers=with_key(partner)))
-    assert secured.request(
-        "DELETE", "/admin/functions/guarded/keys/partner", headers=with_key(mkey)
-    ).status == 404
+    assert (
+        secured.request(
+            "DELETE", "/admin/functions/guarded/keys/partner", headers=with_key(mkey)
+        ).status
+        == 404
+    )
 
 
 # --- the management API ----------------------------------------------------------------------------
@@ -156,7 +179,11 @@ def test_the_management_api_needs_the_system_or_the_master_key(secured, keys) ->
     with_system = start_with(secured, skey)
     with_master = start_with(secured, mkey)
     for instance_id in (with_system, with_master):
-        wait_for(lambda i=instance_id: (status_with(secured, i, skey) or {}).get("runtimeStatus") == "Running")
+        wait_for(
+            lambda i=instance_id: (
+                (status_with(secured, i, skey) or {}).get("runtimeStatus") == "Running"
+            )
+        )
 
     # Every other operation: refused without a key or with a function key, and nothing changes.
     target = f"{WEBHOOK}/instances/{with_system}"
@@ -174,7 +201,9 @@ def test_the_management_api_needs_the_system_or_the_master_key(secured, keys) ->
         ("POST", "/durabletask/orchestrators/parked"),
     ):
         for headers in ({}, with_key(fkey)):
-            assert_refused(secured.request(method, path, {} if method == "POST" else None, headers=headers))
+            assert_refused(
+                secured.request(method, path, {} if method == "POST" else None, headers=headers)
+            )
     assert status_with(secured, with_system, skey)["runtimeStatus"] == "Running"
 
     assert secured.post(f"{target}/terminate?reason=done&{code(skey)}").status == 202
@@ -184,7 +213,9 @@ def test_the_management_api_needs_the_system_or_the_master_key(secured, keys) ->
     purged = secured.request("DELETE", target, headers=with_key(skey))
     assert purged.status == 200 and purged.json() == {"instancesDeleted": 1}
     # The RPC base takes the system key too (the same handler), but no guessed RPC secret.
-    assert secured.get(f"/durabletask/instances/{with_master}", headers=with_key(skey)).status == 202
+    assert (
+        secured.get(f"/durabletask/instances/{with_master}", headers=with_key(skey)).status == 202
+    )
     assert_refused(secured.get(f"/durabletask/{'x' * 43}/instances/{with_master}"))
     assert secured.post(f"{WEBHOOK}/instances/{with_master}/terminate?{code(mkey)}").status == 202
 
@@ -194,20 +225,31 @@ def test_admin_routes_need_the_master_key_and_status_stays_open(secured, keys) -
 
     status = secured.get("/admin/host/status")
     assert status.status == 200 and status.json() == {"state": "Running"}
-    for path in ("/admin/host/metrics", "/admin/host/keys", "/admin/host/keys/_master",
-                 "/admin/host/systemkeys", "/admin/functions/guarded/keys", "/admin/anything"):
+    for path in (
+        "/admin/host/metrics",
+        "/admin/host/keys",
+        "/admin/host/keys/_master",
+        "/admin/host/systemkeys",
+        "/admin/functions/guarded/keys",
+        "/admin/anything",
+    ):
         assert_refused(secured.get(path))
         assert_refused(secured.get(path, headers=with_key(fkey)))
         assert_refused(secured.get(path, headers=with_key(skey)))
     assert secured.get("/admin/host/metrics", headers=with_key(mkey)).status == 200
     assert secured.get("/admin/host/keys/_master", headers=with_key(mkey)).json() == {
-        "name": "_master", "value": mkey,
+        "name": "_master",
+        "value": mkey,
     }
-    assert_refused(secured.request("PUT", "/admin/host/keys/mine", {"value": "v" * 40}, headers=with_key(fkey)))
+    assert_refused(
+        secured.request("PUT", "/admin/host/keys/mine", {"value": "v" * 40}, headers=with_key(fkey))
+    )
     assert secured.get("/admin/host/keys/mine", headers=with_key(mkey)).status == 404
     refused_delete = secured.request("DELETE", "/admin/host/keys/_master", headers=with_key(mkey))
     assert refused_delete.status == 400 and refused_delete.json()["error"] == "bad_request"
-    short = secured.request("PUT", "/admin/host/keys/mine", {"value": "short"}, headers=with_key(mkey))
+    short = secured.request(
+        "PUT", "/admin/host/keys/mine", {"value": "short"}, headers=with_key(mkey)
+    )
     assert short.status == 400
 
 
@@ -237,7 +279,9 @@ def test_rotating_the_system_key_moves_the_management_api_and_the_links_to_the_n
 # --- links ------------------------------------------------------------------------------------------
 
 
-def test_check_status_links_carry_the_system_key_and_never_echo_the_host_header(secured, keys) -> None:
+def test_check_status_links_carry_the_system_key_and_never_echo_the_host_header(
+    secured, keys
+) -> None:
     fkey, skey = function_key(keys), system_key(keys)
     evil = {"Host": "evil.example"}
 
@@ -248,13 +292,19 @@ def test_check_status_links_carry_the_system_key_and_never_echo_the_host_header(
         assert resp.status == 202, resp.body
         body = resp.json()
         links = [v for k, v in body.items() if k.endswith("Uri")]
-        assert len(links) == 8 and all(link.startswith(secured.base_url + WEBHOOK) for link in links)
+        assert len(links) == 8 and all(
+            link.startswith(secured.base_url + WEBHOOK) for link in links
+        )
         assert all(f"&{code(skey)}" in link for link in links)
         assert "evil.example" not in resp.body.decode() + json.dumps(resp.headers)
         # The link works as it is handed out, and Location does not echo the Host header.
-        followed = secured.get(body["statusQueryGetUri"].removeprefix(secured.base_url), headers=evil)
+        followed = secured.get(
+            body["statusQueryGetUri"].removeprefix(secured.base_url), headers=evil
+        )
         assert followed.status == 202 and "evil.example" not in followed.headers["Location"]
-        secured.post(body["terminatePostUri"].replace("{text}", "done").removeprefix(secured.base_url))
+        secured.post(
+            body["terminatePostUri"].replace("{text}", "done").removeprefix(secured.base_url)
+        )
 
 
 # --- the SDK's client with auth on ----------------------------------------------------------------
@@ -274,9 +324,11 @@ def test_the_sdk_client_starts_queries_raises_and_purges_with_auth_on(secured, k
     wait_for(lambda: manage("status") == "Running")
     manage("raise")
     done = wait_for(
-        lambda: (s := status_with(secured, instance_id, system_key(keys)))
-        and s["runtimeStatus"] == "Completed"
-        and s
+        lambda: (
+            (s := status_with(secured, instance_id, system_key(keys)))
+            and s["runtimeStatus"] == "Completed"
+            and s
+        )
     )
     # The activity's own client (the engine's binding) read the status through the RPC base.
     assert done["output"] == {"activity": "seen Running", "event": json.dumps({"from": "client"})}
@@ -292,7 +344,17 @@ def test_the_sdk_client_starts_queries_raises_and_purges_with_auth_on(secured, k
 
 @pytest.mark.parametrize(
     "how",
-    ["missing", "empty", "wrong", "long-header", "absurd-query", "nul", "newline", "unicode", "prefix"],
+    [
+        "missing",
+        "empty",
+        "wrong",
+        "long-header",
+        "absurd-query",
+        "nul",
+        "newline",
+        "unicode",
+        "prefix",
+    ],
 )
 def test_bad_keys_are_refused_with_401_json(secured, keys, how: str) -> None:
     fkey = function_key(keys)
@@ -335,7 +397,9 @@ def test_keys_survive_a_restart_settings_fix_keys_and_no_key_reaches_the_log(
     try:
         first = keys_of(host)  # beside the running host: the store is opened read-only
         assert first["master"] == {
-            "name": "_master", "value": SETTING_MASTER, "setting": "DURABLE_HOST_MASTER_KEY",
+            "name": "_master",
+            "value": SETTING_MASTER,
+            "setting": "DURABLE_HOST_MASTER_KEY",
         }
         fkey = function_key(first)
         assert host.get("/api/guarded", headers=with_key(fkey)).status == 200
@@ -374,8 +438,21 @@ def test_keys_survive_a_restart_settings_fix_keys_and_no_key_reaches_the_log(
 def test_the_keys_command_prints_every_key(secured, keys) -> None:
     env = {**os.environ, **secured.env, "PYTHONPATH": str(PACKAGE_ROOT)}
     out = subprocess.run(
-        [sys.executable, "-m", "durable_host", "keys", "--app-dir", str(APP), "--store", secured.store],
-        capture_output=True, text=True, env=env, timeout=60, check=True,
+        [
+            sys.executable,
+            "-m",
+            "durable_host",
+            "keys",
+            "--app-dir",
+            str(APP),
+            "--store",
+            secured.store,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
     ).stdout
 
     for value in (master(keys), function_key(keys), system_key(keys)):
@@ -414,9 +491,25 @@ def test_an_unusable_key_setting_stops_the_host_with_one_line_that_does_not_echo
     weak = "weak\x01key"
     env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT), "DURABLE_HOST_FUNCTION_KEY": weak}
     done = subprocess.run(
-        [sys.executable, "-m", "durable_host", "start", "--app-dir", str(APP), "--port", "0",
-         "--store", store_spec_for("sqlite", tmp_path), "--auth", "keys"],
-        capture_output=True, text=True, env=env, timeout=60, check=False,
+        [
+            sys.executable,
+            "-m",
+            "durable_host",
+            "start",
+            "--app-dir",
+            str(APP),
+            "--port",
+            "0",
+            "--store",
+            store_spec_for("sqlite", tmp_path),
+            "--auth",
+            "keys",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
     )
 
     assert done.returncode == 2

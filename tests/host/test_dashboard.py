@@ -22,8 +22,10 @@ KEY = {"x-functions-key": MASTER}
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
     tmp = tmp_path_factory.mktemp("dashboard")
     process = HostProcess(
-        APPS / "basic", f"sqlite:{tmp / 'hub.db'}",
-        env={"DURABLE_HOST_MASTER_KEY": MASTER}, args=["--auth", "keys"],
+        APPS / "basic",
+        f"sqlite:{tmp / 'hub.db'}",
+        env={"DURABLE_HOST_MASTER_KEY": MASTER},
+        args=["--auth", "keys"],
     ).start()
     yield process
     process.kill()
@@ -87,7 +89,8 @@ def test_one_instance_with_history_and_entities_with_state(host: HostProcess) ->
     status = api(host, "instances/one-hello")
     entities = wait_for(
         lambda: [e for e in api(host, "entities?name=counter")["entities"] if e["key"] == "dash"],
-        30, "the counter entity",
+        30,
+        "the counter entity",
     )
 
     completed = [e for e in status["historyEvents"] if e["EventType"] == "TaskCompleted"]
@@ -108,7 +111,9 @@ def shown(tools: DevTools, expression: str, expected: Any, what: str) -> None:
         page = tools.evaluate(
             "document.body.dataset.state + ' | ' + document.getElementById('message').textContent"
         )
-        raise AssertionError(f"{exc}; the page: {page}; {expression} = {tools.evaluate(expression)!r}") from exc
+        raise AssertionError(
+            f"{exc}; the page: {page}; {expression} = {tools.evaluate(expression)!r}"
+        ) from exc
 
 
 @needs_chromium
@@ -140,12 +145,18 @@ def test_the_page_lists_shows_a_timeline_and_terminates_with_confirmation(
 
     browser.evaluate(f"location.hash = '#/instance/' + encodeURIComponent({js(waiting)}); true")
     view = "document.getElementById('instance-view').dataset"
-    shown(browser, f"{view}.instance + ' ' + {view}.status", f"{waiting} Running", "the waiting one")
+    shown(
+        browser, f"{view}.instance + ' ' + {view}.status", f"{waiting} Running", "the waiting one"
+    )
     browser.evaluate("document.querySelector('#actions [data-action=terminate]').click(); true")
     shown(browser, "document.getElementById('confirm').open", True, "the confirmation dialog")
     browser.evaluate("document.getElementById('confirm-cancel').click(); true")
-    shown(browser, "document.getElementById('message').textContent", "terminate cancelled", "cancel")
-    assert host.get(f"{WEBHOOK}/instances/{waiting}", headers=KEY).json()["runtimeStatus"] == "Running"
+    shown(
+        browser, "document.getElementById('message').textContent", "terminate cancelled", "cancel"
+    )
+    assert (
+        host.get(f"{WEBHOOK}/instances/{waiting}", headers=KEY).json()["runtimeStatus"] == "Running"
+    )
 
     browser.evaluate("document.querySelector('#actions [data-action=terminate]').click(); true")
     shown(browser, "document.getElementById('confirm').open", True, "the confirmation dialog")

@@ -23,7 +23,13 @@ def test_start_answers_202_with_check_status_links_and_headers(shared_host):
     assert resp.status == 202
     assert resp.headers["Location"] == body["statusQueryGetUri"]
     assert resp.headers["Retry-After"] == "10"
-    assert set(body) >= {"id", "sendEventPostUri", "terminatePostUri", "purgeHistoryDeleteUri", "suspendPostUri"}
+    assert set(body) >= {
+        "id",
+        "sendEventPostUri",
+        "terminatePostUri",
+        "purgeHistoryDeleteUri",
+        "suspendPostUri",
+    }
     status = shared_host.wait_for_status(body["id"])
     assert status["input"] == {"x": 1}  # stored verbatim
 
@@ -45,7 +51,9 @@ def test_unknown_instance_status_is_404_with_no_body(shared_host):
 
 
 def test_start_with_timeout_waits_for_the_output(shared_host):
-    resp = shared_host.post(f"{WEBHOOK}/orchestrators/hello_sequence?timeout=10&pollingInterval=0.1")
+    resp = shared_host.post(
+        f"{WEBHOOK}/orchestrators/hello_sequence?timeout=10&pollingInterval=0.1"
+    )
 
     assert resp.status == 200 and resp.json() == ["Hello Tokyo!", "Hello Seattle!", "Hello London!"]
 
@@ -141,7 +149,10 @@ def test_query_filters_by_status_and_prefix_with_paging(shared_host):
     seen, token = [], None
     for _ in range(10):
         headers = {"x-ms-continuation-token": token} if token else {}
-        resp = shared_host.get(f"{WEBHOOK}/instances?instanceIdPrefix={prefix}&top=2&runtimeStatus=Completed", headers=headers)
+        resp = shared_host.get(
+            f"{WEBHOOK}/instances?instanceIdPrefix={prefix}&top=2&runtimeStatus=Completed",
+            headers=headers,
+        )
         seen += [s["instanceId"] for s in resp.json()]
         token = resp.headers.get("x-ms-continuation-token")
         if not token:
@@ -171,7 +182,9 @@ def test_purge_of_a_running_instance_is_refused(shared_host):
 
 
 def _count(shared_host, prefix: str) -> int:
-    return len(shared_host.get(f"{WEBHOOK}/instances?instanceIdPrefix={urllib.parse.quote(prefix)}").json())
+    return len(
+        shared_host.get(f"{WEBHOOK}/instances?instanceIdPrefix={urllib.parse.quote(prefix)}").json()
+    )
 
 
 def test_unknown_orchestrator_is_400_with_the_extension_error_body(shared_host):
@@ -230,7 +243,9 @@ def test_sync_http_function_with_route_constraint_and_query(shared_host):
 
 
 def test_async_http_function_gets_body_method_and_returns_headers(shared_host):
-    resp = shared_host.request("PUT", "/api/echo", raw=b"\x00\x01raw", headers={"Content-Type": "application/octet-stream"})
+    resp = shared_host.request(
+        "PUT", "/api/echo", raw=b"\x00\x01raw", headers={"Content-Type": "application/octet-stream"}
+    )
 
     assert resp.status == 201 and resp.body == b"\x00\x01raw" and resp.headers["X-Method"] == "PUT"
 

@@ -43,7 +43,9 @@ def crash_then_finish(host: HostProcess, faults: str, start) -> dict:
 
 
 def test_kill_during_an_activity_reruns_it_once(crashing, marks):
-    status = crash_then_finish(crashing(), "activity.start@2", lambda h: h.start_orchestration("hello_sequence"))
+    status = crash_then_finish(
+        crashing(), "activity.start@2", lambda h: h.start_orchestration("hello_sequence")
+    )
 
     assert status["output"] == EXPECTED
     assert runs_of(marks, "say_hello:Seattle") == 1  # killed before it ran
@@ -51,7 +53,9 @@ def test_kill_during_an_activity_reruns_it_once(crashing, marks):
 
 
 def test_kill_after_an_activity_ran_but_before_its_result_was_committed(crashing, marks):
-    status = crash_then_finish(crashing(), "activity.before_complete@1", lambda h: h.start_orchestration("hello_sequence"))
+    status = crash_then_finish(
+        crashing(), "activity.before_complete@1", lambda h: h.start_orchestration("hello_sequence")
+    )
 
     assert status["output"] == EXPECTED
     # The one unavoidable re-execution window: counted, not hidden.
@@ -59,7 +63,15 @@ def test_kill_after_an_activity_ran_but_before_its_result_was_committed(crashing
     assert runs_of(marks, "say_hello:Seattle") == 1
 
 
-@pytest.mark.parametrize("point", ["store.before_commit@2", "store.before_commit@3", "episode.before_commit@2", "episode.after_commit@2"])
+@pytest.mark.parametrize(
+    "point",
+    [
+        "store.before_commit@2",
+        "store.before_commit@3",
+        "episode.before_commit@2",
+        "episode.after_commit@2",
+    ],
+)
 def test_kill_around_an_episode_commit(crashing, marks, point):
     status = crash_then_finish(crashing(), point, lambda h: h.start_orchestration("hello_sequence"))
 
@@ -72,7 +84,14 @@ def test_kill_while_an_instance_sleeps_on_a_timer_fires_it_after_restart(crashin
     host = crashing().start()
     resp = host.post("/api/orchestrators/sleeper", 1.0)
     instance = resp.json()["id"]
-    wait_for(lambda: any(e["EventType"] == "TimerCreated" for e in (host.status(instance, "?showHistory=true") or {}).get("historyEvents", [])), 10, "timer")
+    wait_for(
+        lambda: any(
+            e["EventType"] == "TimerCreated"
+            for e in (host.status(instance, "?showHistory=true") or {}).get("historyEvents", [])
+        ),
+        10,
+        "timer",
+    )
     host.kill()
 
     time.sleep(1.2)  # let the due time pass while no host runs: nothing is alive to fire it
@@ -102,16 +121,22 @@ def test_events_accepted_but_not_processed_survive(crashing):
 
 
 def test_start_accepted_then_killed_before_the_first_episode_still_runs(crashing, marks):
-    status = crash_then_finish(crashing(), "episode.before_commit@1", lambda h: h.start_orchestration("hello_sequence"))
+    status = crash_then_finish(
+        crashing(), "episode.before_commit@1", lambda h: h.start_orchestration("hello_sequence")
+    )
 
     assert status["output"] == EXPECTED
 
 
-@pytest.mark.parametrize("point", ["entity.before_commit@1", "entity.after_commit@1", "store.before_commit@3"])
+@pytest.mark.parametrize(
+    "point", ["entity.before_commit@1", "entity.after_commit@1", "store.before_commit@3"]
+)
 def test_entity_operations_apply_exactly_once_across_a_kill(crashing, point):
     host = crashing()
     key = point.replace(".", "-").replace("@", "-")
-    status = crash_then_finish(host, point, lambda h: h.post("/api/orchestrators/counter_caller", key).json()["id"])
+    status = crash_then_finish(
+        host, point, lambda h: h.post("/api/orchestrators/counter_caller", key).json()["id"]
+    )
 
     assert status["output"] == 11
     assert host.get(f"{WEBHOOK}/entities/counter/{key}").json() == 11
@@ -124,6 +149,8 @@ def test_signals_accepted_but_not_processed_are_applied_once_after_restart(crash
     host.wait_exit(30)  # died inside the batch that applies it, before its commit
     host.start()
 
-    value = wait_for(lambda: host.get(f"{WEBHOOK}/entities/counter/sig").json(), 10, "signal applied")
+    value = wait_for(
+        lambda: host.get(f"{WEBHOOK}/entities/counter/sig").json(), 10, "signal applied"
+    )
 
     assert value == 1

@@ -32,7 +32,9 @@ def test_operation_error_reaches_the_caller_and_the_entity_keeps_serving(shared_
     shared_host.post(f"{WEBHOOK}/entities/counter/errors?op=add", 2)
 
     assert status["output"] == "caught: counter exploded"
-    assert wait_for(lambda: entity_state(shared_host, "errors") == 2, 10, "entity to serve after an error")
+    assert wait_for(
+        lambda: entity_state(shared_host, "errors") == 2, 10, "entity to serve after an error"
+    )
 
 
 def test_client_signal_and_read_through_the_sdk(shared_host):
@@ -41,7 +43,9 @@ def test_client_signal_and_read_through_the_sdk(shared_host):
         assert shared_host.post(f"/api/entities/counter/{key}?op=add", value).status == 202
 
     state = wait_for(
-        lambda: (r := shared_host.get(f"/api/entities/counter/{key}").json())["state"] == 6 and r, 10, "signals"
+        lambda: (r := shared_host.get(f"/api/entities/counter/{key}").json())["state"] == 6 and r,
+        10,
+        "signals",
     )
 
     assert state == {"exists": True, "state": 6}
@@ -72,7 +76,11 @@ def test_entity_ids_show_in_instance_queries(shared_host):
 
 @pytest.mark.parametrize(
     ("path", "code"),
-    [("/entities/nosuch/k?op=add", 404), ("/entities/counter/a%23b?op=add", 400), ("/entities/counter/k", 400)],
+    [
+        ("/entities/nosuch/k?op=add", 404),
+        ("/entities/counter/a%23b?op=add", 400),
+        ("/entities/counter/k", 400),
+    ],
 )
 def test_bad_entity_signals_are_rejected(shared_host, path, code):
     assert shared_host.post(WEBHOOK + path, 1).status == code
@@ -94,7 +102,10 @@ def test_counter_hammered_by_20_orchestrations_and_100_signals_counts_exactly(sh
         return shared_host.post(f"{WEBHOOK}/entities/counter/{key}?op=add", 1).status
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        starts = [pool.submit(shared_host.post, "/api/orchestrators/counter_caller", key) for _ in range(20)]
+        starts = [
+            pool.submit(shared_host.post, "/api/orchestrators/counter_caller", key)
+            for _ in range(20)
+        ]
         statuses = list(pool.map(signal, range(100)))
     ids = [f.result().json()["id"] for f in starts]
     for instance in ids:
@@ -123,7 +134,9 @@ def test_entity_state_is_purged_by_id_live_or_deleted(shared_host):
     shared_host.request("DELETE", f"{WEBHOOK}/entities/counter/{deleted}")
     wait_for(lambda: entity_state(shared_host, deleted) is None, 10, "delete")
 
-    purged = [shared_host.request("DELETE", f"{WEBHOOK}/instances/@counter@{k}") for k in (live, deleted)]
+    purged = [
+        shared_host.request("DELETE", f"{WEBHOOK}/instances/@counter@{k}") for k in (live, deleted)
+    ]
 
     assert [p.status for p in purged] == [200, 200]
     assert [p.json() for p in purged] == [{"instancesDeleted": 1}] * 2

@@ -179,7 +179,13 @@ def test_history_view_has_the_extension_shape(shared_host):
     view = shared_host.status(status["instanceId"], "?showHistory=true&showHistoryOutput=true")
     kinds = [e["EventType"] for e in view["historyEvents"]]
 
-    assert kinds == ["ExecutionStarted", "TaskCompleted", "TaskCompleted", "TaskCompleted", "ExecutionCompleted"]
+    assert kinds == [
+        "ExecutionStarted",
+        "TaskCompleted",
+        "TaskCompleted",
+        "TaskCompleted",
+        "ExecutionCompleted",
+    ]
     assert view["historyEvents"][1]["FunctionName"] == "say_hello"
     assert view["historyEvents"][1]["Result"] == "Hello Tokyo!"
     assert "EventId" not in view["historyEvents"][1]

@@ -18,7 +18,9 @@ def copy_app(tmp_path: Path, settings: dict | None = None) -> Path:
     app = tmp_path / "app"
     shutil.copytree(APPS / "basic", app)
     if settings is not None:
-        (app / "local.settings.json").write_text(json.dumps({"IsEncrypted": False, "Values": settings}))
+        (app / "local.settings.json").write_text(
+            json.dumps({"IsEncrypted": False, "Values": settings})
+        )
     return app
 
 
@@ -26,7 +28,10 @@ def test_default_store_is_sqlite_under_the_app_durable_folder(tmp_path):
     app = copy_app(tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "durable_host", "start", "--app-dir", str(app), "--port", "0"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
         assert "listening on" in proc.stdout.readline()
@@ -40,9 +45,22 @@ def test_second_host_on_the_same_store_refuses_with_a_clear_message(tmp_path):
     first = HostProcess(APPS / "basic", f"sqlite:{tmp_path / 'one.db'}").start()
     try:
         second = subprocess.run(
-            [sys.executable, "-m", "durable_host", "start", "--app-dir", str(APPS / "basic"),
-             "--port", "0", "--store", f"sqlite:{tmp_path / 'one.db'}"],
-            cwd=ROOT, capture_output=True, text=True, timeout=60,
+            [
+                sys.executable,
+                "-m",
+                "durable_host",
+                "start",
+                "--app-dir",
+                str(APPS / "basic"),
+                "--port",
+                "0",
+                "--store",
+                f"sqlite:{tmp_path / 'one.db'}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert second.returncode == 2
         assert "Another durable host is already using" in second.stderr
@@ -78,7 +96,10 @@ def test_local_settings_fill_the_environment_without_overriding_it(tmp_path, dur
 def test_bad_app_directory_exits_with_a_message(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "durable_host", "start", "--app-dir", str(tmp_path), "--port", "0"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
     assert result.returncode == 2 and "function_app.py not found" in result.stderr
@@ -94,9 +115,13 @@ def setting(req: func.HttpRequest) -> func.HttpResponse:
 
 def test_host_json_setting_references_resolve_and_the_app_sees_its_script_root(tmp_path):
     app = copy_app(tmp_path, {"TASKHUB_NAME": "ResolvedHub"})
-    (app / "host.json").write_text(json.dumps({"version": "2.0", "extensions": {"durableTask": {"hubName": "%TASKHUB_NAME%"}}}))
+    (app / "host.json").write_text(
+        json.dumps({"version": "2.0", "extensions": {"durableTask": {"hubName": "%TASKHUB_NAME%"}}})
+    )
     (app / "function_app.py").write_text((app / "function_app.py").read_text() + SETTING_ROUTE)
-    host = HostProcess(app, f"sqlite:{tmp_path / 'h.db'}", env={"AzureWebJobsScriptRoot": ""}).start()
+    host = HostProcess(
+        app, f"sqlite:{tmp_path / 'h.db'}", env={"AzureWebJobsScriptRoot": ""}
+    ).start()
     try:
         started = host.post(f"{WEBHOOK}/orchestrators/hello_sequence")
         root = host.get("/api/setting/AzureWebJobsScriptRoot")
@@ -109,11 +134,16 @@ def test_host_json_setting_references_resolve_and_the_app_sees_its_script_root(t
 
 def test_a_host_json_reference_to_a_missing_setting_stops_the_start_naming_it(tmp_path):
     app = copy_app(tmp_path)
-    (app / "host.json").write_text(json.dumps({"extensions": {"durableTask": {"hubName": "%NO_SUCH_HUB%"}}}))
+    (app / "host.json").write_text(
+        json.dumps({"extensions": {"durableTask": {"hubName": "%NO_SUCH_HUB%"}}})
+    )
 
     result = subprocess.run(
         [sys.executable, "-m", "durable_host", "start", "--app-dir", str(app), "--port", "0"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
     assert result.returncode == 2 and "%NO_SUCH_HUB%" in result.stderr, result.stderr

@@ -22,7 +22,9 @@ DONE = ("Completed", "Failed", "Terminated")
 
 
 @pytest.fixture(scope="module", params=store_specs())
-def parity(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
+def parity(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HostProcess]:
     tmp: Path = tmp_path_factory.mktemp("parity")
     env = {"PARITY_MARKS": str(tmp / "marks.txt")}
     if request.param == "azure":
@@ -64,8 +66,13 @@ def test_restart_with_a_new_id_answers_202_with_the_check_status_payload_of_the_
 
     body = resp.json()
     assert resp.status == 202 and body["id"] != old
-    assert resp.headers["Location"] == body["statusQueryGetUri"] and resp.headers["Retry-After"] == "10"
-    assert body["restartPostUri"].startswith(parity.base_url + WEBHOOK + f"/instances/{body['id']}/restart")
+    assert (
+        resp.headers["Location"] == body["statusQueryGetUri"]
+        and resp.headers["Retry-After"] == "10"
+    )
+    assert body["restartPostUri"].startswith(
+        parity.base_url + WEBHOOK + f"/instances/{body['id']}/restart"
+    )
     assert finished(parity, body["id"])["output"] == "hello ann"
 
 
@@ -76,8 +83,16 @@ def test_restart_with_the_same_id_runs_it_again(parity):
     resp = parity.post(f"{WEBHOOK}/instances/{instance}/restart?restartWithNewInstanceId=false")
 
     assert resp.status == 202 and resp.json()["id"] == instance
-    again = wait_for(lambda: (s := parity.status(instance)) and s["runtimeStatus"] == "Completed"
-                     and s["createdTime"] >= first["createdTime"] and s, 20, "the restarted run")
+    again = wait_for(
+        lambda: (
+            (s := parity.status(instance))
+            and s["runtimeStatus"] == "Completed"
+            and s["createdTime"] >= first["createdTime"]
+            and s
+        ),
+        20,
+        "the restarted run",
+    )
     assert again["output"] == "hello bob" and again["input"] == {"who": "bob"}
 
 
@@ -90,10 +105,14 @@ def test_restart_of_an_unknown_instance_is_the_extensions_400(parity):
     assert "was not found" in body["ExceptionMessage"]
 
 
-def test_restart_with_the_same_id_of_a_running_instance_is_409_under_non_running_states(shared_host):
+def test_restart_with_the_same_id_of_a_running_instance_is_409_under_non_running_states(
+    shared_host,
+):
     instance = shared_host.start_orchestration("approval", instance_id=unique("run"))
 
-    resp = shared_host.post(f"{WEBHOOK}/instances/{instance}/restart?restartWithNewInstanceId=false")
+    resp = shared_host.post(
+        f"{WEBHOOK}/instances/{instance}/restart?restartWithNewInstanceId=false"
+    )
 
     assert resp.status == 409
     assert resp.json()["Message"] == "A non-terminal instance with this instance ID already exists."
@@ -121,13 +140,23 @@ def test_rewind_runs_the_failed_step_again_and_keeps_the_completed_ones(parity):
     resp = parity.post(f"{WEBHOOK}/instances/{instance}/rewind?reason=fixed")
 
     assert resp.status == 202 and resp.body == b""
-    assert parity.status(instance)["runtimeStatus"] in ("Pending", "Running", "Completed")  # no longer Failed
+    assert parity.status(instance)["runtimeStatus"] in (
+        "Pending",
+        "Running",
+        "Completed",
+    )  # no longer Failed
     status = finished(parity, instance)
     assert status["output"] == ["before", f"{instance} ok", "after"]
     assert marks(parity).count(f"once:{instance}") == 2
     history = parity.status(instance, "?showHistory=true")["historyEvents"]
-    assert [e["FunctionName"] for e in history if e["EventType"] == "TaskCompleted"] == ["echo", "fails_once", "echo"]
-    assert "Rewound: TaskFailed 1" in [e.get("Data") for e in history if e["EventType"] == "GenericEvent"]
+    assert [e["FunctionName"] for e in history if e["EventType"] == "TaskCompleted"] == [
+        "echo",
+        "fails_once",
+        "echo",
+    ]
+    assert "Rewound: TaskFailed 1" in [
+        e.get("Data") for e in history if e["EventType"] == "GenericEvent"
+    ]
 
 
 def test_rewind_of_an_exhausted_retry_starts_it_over(parity):
@@ -159,8 +188,14 @@ def test_rewind_answers_412_unless_failed_and_404_for_unknown_ids_with_the_exten
     missing = parity.post(f"{WEBHOOK}/instances/nobody-{instance}/rewind")
 
     assert not_failed.status == 412
-    assert not_failed.json() == 'This orchestration has status Completed, but only orchestrations in the "Failed" state can be rewound.'
-    assert missing.status == 404 and missing.json() == f'No orchestration with instance ID "$nobody-{instance}" found.'
+    assert (
+        not_failed.json()
+        == 'This orchestration has status Completed, but only orchestrations in the "Failed" state can be rewound.'
+    )
+    assert (
+        missing.status == 404
+        and missing.json() == f'No orchestration with instance ID "$nobody-{instance}" found.'
+    )
 
 
 # --- suspend / resume / terminate in the wrong state ----------------------------------------
@@ -205,7 +240,9 @@ def test_the_sdk_client_fails_a_suspend_of_a_suspended_and_a_resume_of_a_running
     parity.post(f"{WEBHOOK}/instances/{instance}/terminate")
 
     assert not resume_running["ok"] and "unexpected status code 409" in resume_running["error"]
-    assert not suspend_suspended["ok"] and "unexpected status code 409" in suspend_suspended["error"]
+    assert (
+        not suspend_suspended["ok"] and "unexpected status code 409" in suspend_suspended["error"]
+    )
     assert finished(parity, instance)["runtimeStatus"] == "Terminated"
 
 
@@ -218,7 +255,9 @@ def test_a_late_result_for_a_finished_orchestration_is_dropped(parity):
     status = finished(parity, instance)
 
     assert status["runtimeStatus"] == "Terminated" and status["output"] == "enough"
-    history = wait_for(lambda: parity.status(instance, "?showHistory=true")["historyEvents"], 5, "history")
+    history = wait_for(
+        lambda: parity.status(instance, "?showHistory=true")["historyEvents"], 5, "history"
+    )
     assert not [e for e in history if e["EventType"] == "TaskCompleted"]
 
 
@@ -228,16 +267,23 @@ def test_a_late_result_for_a_finished_orchestration_is_dropped(parity):
 def test_sdk_status_all_status_by_and_purges(parity):
     prefix = unique("sdk")
     since = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
-    done = [sdk(parity, "start", name="hello", instance_id=f"{prefix}-{i}", input={"who": i})["result"] for i in range(3)]
+    done = [
+        sdk(parity, "start", name="hello", instance_id=f"{prefix}-{i}", input={"who": i})["result"]
+        for i in range(3)
+    ]
     waiting = sdk(parity, "start", name="waiter", instance_id=f"{prefix}-w")["result"]
     for instance in done:
         finished(parity, instance)
     parity.wait_for_status(waiting, ("Running",))
 
     everything = sdk(parity, "status_all")["result"]
-    completed = sdk(parity, "status_by", prefix=prefix, statuses=["Completed"], **{"from": since})["result"]
+    completed = sdk(parity, "status_by", prefix=prefix, statuses=["Completed"], **{"from": since})[
+        "result"
+    ]
     running = sdk(parity, "status_by", prefix=prefix, statuses=["Running", "Pending"])["result"]
-    future = sdk(parity, "status_by", prefix=prefix, **{"from": "2999-01-01T00:00:00+00:00"})["result"]
+    future = sdk(parity, "status_by", prefix=prefix, **{"from": "2999-01-01T00:00:00+00:00"})[
+        "result"
+    ]
     purged_one = sdk(parity, "purge", instance_id=done[0])["result"]
     purged_again = sdk(parity, "purge", instance_id=done[0])["result"]
     purged_rest = sdk(parity, "purge_by", statuses=["Completed"], **{"from": since})["result"]
@@ -262,8 +308,12 @@ def test_sdk_suspend_resume_terminate_restart_and_rewind(parity):
     assert sdk(parity, "suspend", instance_id=waiting)["ok"]  # 410 is success for the SDK
 
     restarted = sdk(parity, "restart", instance_id=waiting, new_id=True)["result"]
-    assert isinstance(restarted, dict) and restarted["id"] != waiting  # the real client returns the payload
-    failing = sdk(parity, "start", name="fails_then_recovers", instance_id=unique("sdk-rw"))["result"]
+    assert (
+        isinstance(restarted, dict) and restarted["id"] != waiting
+    )  # the real client returns the payload
+    failing = sdk(parity, "start", name="fails_then_recovers", instance_id=unique("sdk-rw"))[
+        "result"
+    ]
     assert finished(parity, failing)["runtimeStatus"] == "Failed"
     assert sdk(parity, "rewind", instance_id=failing, reason="sdk")["ok"]
     assert finished(parity, failing)["runtimeStatus"] == "Completed"
@@ -305,7 +355,9 @@ def test_query_filters_by_time_status_prefix_and_pages_with_continuation_tokens(
         pages += 1
         if not token:
             break
-    later, _ = page(f"createdTimeFrom={(now + timedelta(minutes=1)).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}")
+    later, _ = page(
+        f"createdTimeFrom={(now + timedelta(minutes=1)).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
+    )
     earlier, _ = page(f"createdTimeTo={(now - timedelta(hours=1)).isoformat().replace('+', '%2B')}")
     no_input, _ = page("showInput=false")
 
@@ -327,10 +379,16 @@ def test_history_view_follows_the_extension_transform(parity):
     kinds = [e["EventType"] for e in view]
     assert kinds == ["ExecutionStarted", "SubOrchestrationInstanceFailed", "ExecutionCompleted"]
     started, failed, completed = view
-    assert started["FunctionName"] == "parent_of_failing" and "Input" not in started and "Name" not in started
+    assert (
+        started["FunctionName"] == "parent_of_failing"
+        and "Input" not in started
+        and "Name" not in started
+    )
     assert failed["FunctionName"] == "fails_then_recovers" and "TaskScheduledId" not in failed
     assert failed["ScheduledTime"].endswith("Z") and "Reason" in failed
-    assert completed["OrchestrationStatus"] == "Failed" and completed["Result"].startswith("Orchestrator function")
+    assert completed["OrchestrationStatus"] == "Failed" and completed["Result"].startswith(
+        "Orchestrator function"
+    )
     assert all("EventId" not in e and "IsPlayed" not in e for e in view)
     assert "Result" not in quiet[-1]
 
@@ -353,8 +411,12 @@ def test_every_time_in_the_api_ends_with_z(parity):
 
     stamps = [view["createdTime"], view["lastUpdatedTime"]]
     for event in view["historyEvents"]:
-        stamps += [v for k, v in event.items() if k in ("Timestamp", "ScheduledTime", "FireAt") and v]
-    assert stamps and all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", s) for s in stamps)
+        stamps += [
+            v for k, v in event.items() if k in ("Timestamp", "ScheduledTime", "FireAt") and v
+        ]
+    assert stamps and all(
+        re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", s) for s in stamps
+    )
     first, second, _ = status["output"]
     assert first.endswith("+00:00") and second >= first  # the SDK's aware UTC datetimes
 
@@ -367,11 +429,15 @@ def test_call_http_with_a_managed_identity_fails_clearly(parity):
 
     output = finished(parity, instance)["output"]
 
-    assert output.startswith("Activity function 'BuiltIn::HttpActivity' failed: Managed identity tokens")
+    assert output.startswith(
+        "Activity function 'BuiltIn::HttpActivity' failed: Managed identity tokens"
+    )
 
 
 def test_call_http_returns_status_and_headers(parity):
-    instance = parity.start_orchestration("plain_http_call", {"url": f"{parity.base_url}/admin/host/status"}, unique("http"))
+    instance = parity.start_orchestration(
+        "plain_http_call", {"url": f"{parity.base_url}/admin/host/status"}, unique("http")
+    )
 
     assert finished(parity, instance)["output"] == {"status": 200, "has_headers": True}
 

@@ -27,7 +27,9 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def settle(host: HostProcess, instance_id: str, max_starts: int = 8, timeout: float = 100.0) -> dict:
+def settle(
+    host: HostProcess, instance_id: str, max_starts: int = 8, timeout: float = 100.0
+) -> dict:
     """Start the host again whenever it dies, until ``instance_id`` has finished."""
     deadline = time.monotonic() + timeout
     for _ in range(max_starts):
@@ -93,7 +95,9 @@ def test_an_orchestrator_that_kills_the_process_every_time_is_quarantined(parity
     status = settle(host, "poison-orch")
 
     assert status["runtimeStatus"] == "Failed"
-    assert status["output"].startswith("Orchestrator function 'kills_the_host' failed: quarantined as poison after 2 attempts")
+    assert status["output"].startswith(
+        "Orchestrator function 'kills_the_host' failed: quarantined as poison after 2 attempts"
+    )
     assert host.status(healthy)["output"] == "hello before"
     after = host.start_orchestration("hello", {"who": "after"}, "healthy-2")
     assert host.wait_for_status(after)["output"] == "hello after"
@@ -106,7 +110,9 @@ def test_an_activity_that_kills_the_process_every_time_is_quarantined(parity, tm
     post_start(host, "activity_kills_the_host", "poison-act")
     status = settle(host, "poison-act")
 
-    assert status["output"].startswith("caught: Activity function 'kill_host' failed: quarantined as poison after 2")
+    assert status["output"].startswith(
+        "caught: Activity function 'kill_host' failed: quarantined as poison after 2"
+    )
     assert lines(tmp_path / "marks.txt").count("kill_host:poison-act") == 2
     assert_idle(host)
 
@@ -123,8 +129,14 @@ def test_undecodable_inbox_messages_and_history_rows_fail_only_their_instances(p
     with db:
         db.execute("INSERT INTO inbox (instance_id, message) VALUES ('bad-message', '{not json')")
         db.execute("UPDATE history SET event='{broken' WHERE instance_id='bad-history' AND seq=1")
-        wake = {"kind": "event", "event": h.event_raised("2026-01-01T00:00:00.000000Z", "other", None)}
-        db.execute("INSERT INTO inbox (instance_id, message) VALUES ('bad-history', ?)", (json.dumps(wake),))
+        wake = {
+            "kind": "event",
+            "event": h.event_raised("2026-01-01T00:00:00.000000Z", "other", None),
+        }
+        db.execute(
+            "INSERT INTO inbox (instance_id, message) VALUES ('bad-history', ?)",
+            (json.dumps(wake),),
+        )
     db.close()
 
     host.start()
@@ -163,7 +175,9 @@ def test_sigterm_lets_a_running_activity_finish_and_commit(basic, tmp_path):
     assert lines(marks).count("slow:start:1.0") == 1  # its result was kept: no second run
 
 
-def test_an_activity_longer_than_the_grace_is_released_and_runs_again_after_restart(basic, tmp_path):
+def test_an_activity_longer_than_the_grace_is_released_and_runs_again_after_restart(
+    basic, tmp_path
+):
     marks = tmp_path / "marks.txt"
     host = basic(DURABLE_HOST_POISON_ATTEMPTS="1").start()
     instance = host.post("/api/orchestrators/slow_step", 2.5).json()["id"]
@@ -179,8 +193,11 @@ def test_an_activity_longer_than_the_grace_is_released_and_runs_again_after_rest
 
 
 def test_disabled_functions_are_refused_and_fail_where_called(parity):
-    disabled = {"AzureWebJobs.hello.Disabled": "true", "AzureWebJobs.fails_then_recovers.Disabled": "1",
-                "AzureWebJobs.sdk.Disabled": "True"}
+    disabled = {
+        "AzureWebJobs.hello.Disabled": "true",
+        "AzureWebJobs.fails_then_recovers.Disabled": "1",
+        "AzureWebJobs.sdk.Disabled": "True",
+    }
     host = parity(**disabled).start()
 
     refused = host.post(f"{WEBHOOK}/orchestrators/hello/disabled-1", {"who": "x"})
@@ -188,7 +205,10 @@ def test_disabled_functions_are_refused_and_fail_where_called(parity):
     status = host.wait_for_status(parent)
 
     assert refused.status == 400
-    assert "doesn't exist, is disabled, or is not an orchestrator function" in refused.json()["ExceptionMessage"]
+    assert (
+        "doesn't exist, is disabled, or is not an orchestrator function"
+        in refused.json()["ExceptionMessage"]
+    )
     assert host.get(f"{WEBHOOK}/instances/disabled-1").status == 404
     assert status["runtimeStatus"] == "Failed"
     assert "The function 'fails_then_recovers' doesn't exist, is disabled" in status["output"]

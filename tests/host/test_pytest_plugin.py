@@ -14,14 +14,32 @@ from tests.harness import ROOT
 
 def test_the_documented_example_passes_outside_the_repository(tmp_path: Path) -> None:
     project = tmp_path / "project"
-    shutil.copytree(ROOT / "examples" / "plugin_test", project,
-                    ignore=shutil.ignore_patterns("__pycache__", ".durable"))
+    shutil.copytree(
+        ROOT / "examples" / "plugin_test",
+        project,
+        ignore=shutil.ignore_patterns("__pycache__", ".durable"),
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}  # as if the host were installed
 
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "durable_host.pytest_plugin",
-         "-p", "no:cacheprovider", "--rootdir", str(project), str(project)],
-        cwd=project, env=env, capture_output=True, text=True, timeout=180,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "durable_host.pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(project),
+            str(project),
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
 
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
@@ -37,4 +55,8 @@ def test_the_fixture_handle_drives_the_basic_app(durable_host_factory) -> None:
     assert host.wait_for_status(waiting)["runtimeStatus"] == "Terminated"
 
     done = host.start_new("hello_sequence")
-    assert host.wait_for_completion(done)["output"] == ["Hello Tokyo!", "Hello Seattle!", "Hello London!"]
+    assert host.wait_for_completion(done)["output"] == [
+        "Hello Tokyo!",
+        "Hello Seattle!",
+        "Hello London!",
+    ]

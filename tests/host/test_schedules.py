@@ -43,7 +43,12 @@ def run_cli(host: HostProcess, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **host.env, "PYTHONPATH": str(PACKAGE_ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "durable_host", *args, "--app-dir", str(APP), "--store", host.store],
-        check=False, capture_output=True, text=True, env=env, timeout=60, cwd=str(PACKAGE_ROOT),
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=str(PACKAGE_ROOT),
     )
 
 
@@ -104,8 +109,15 @@ def test_missed_occurrences_fire_once_past_due_after_a_restart(kind: str, tmp_pa
     now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     missed = now - timedelta(hours=2)
     host = host_for(kind, tmp_path, "0 0 * * * *", "--exit-when-idle", "2")
-    write_status(host, "tick", {"Last": h.format_time(missed - timedelta(hours=1)),
-                                "Next": h.format_time(missed), "LastUpdated": None})
+    write_status(
+        host,
+        "tick",
+        {
+            "Last": h.format_time(missed - timedelta(hours=1)),
+            "Next": h.format_time(missed),
+            "LastUpdated": None,
+        },
+    )
     host.start()
     announced = idle_exit_line(host)
     runs = marks(tmp_path / "marks.txt")
@@ -125,8 +137,9 @@ def test_missed_occurrences_fire_once_past_due_after_a_restart(kind: str, tmp_pa
 def test_a_sleeping_instance_completes_after_the_host_exited_and_was_woken(
     kind: str, tmp_path: Path
 ) -> None:
-    host = host_for(kind, tmp_path, YEARLY, "--exit-when-idle", "1",
-                    "--wake-file", str(tmp_path / "wake.json"))
+    host = host_for(
+        kind, tmp_path, YEARLY, "--exit-when-idle", "1", "--wake-file", str(tmp_path / "wake.json")
+    )
     host.start()
     short = host.start_orchestration("sleeper", {"seconds": 4}, "short")
     long = host.start_orchestration("sleeper", {"seconds": 3600}, "long")
@@ -151,7 +164,9 @@ def test_a_sleeping_instance_completes_after_the_host_exited_and_was_woken(
     assert host.status(long)["runtimeStatus"] == "Running"
     announced = idle_exit_line(host)
     later = h.parse_time(announced["next_wake"])
-    assert datetime.now(UTC) + timedelta(minutes=55) < later < datetime.now(UTC) + timedelta(hours=1)
+    assert (
+        datetime.now(UTC) + timedelta(minutes=55) < later < datetime.now(UTC) + timedelta(hours=1)
+    )
 
 
 @pytest.mark.parametrize(
@@ -160,14 +175,18 @@ def test_a_sleeping_instance_completes_after_the_host_exited_and_was_woken(
         ({"TICK_SCHEDULE": "61 * * * * *"}, ["'tick'", "schedule", "61"]),
         ({"TICK_SCHEDULE": "0 0 0 30 2 *"}, ["'tick'", "never occurs"]),
         ({"TICK_SCHEDULE": ""}, ["'tick'", "TICK_SCHEDULE"]),
-        ({"TICK_SCHEDULE": "*/5 * * * * *", "WEBSITE_TIME_ZONE": "Mars/Base"}, ["WEBSITE_TIME_ZONE", "Mars/Base"]),
+        (
+            {"TICK_SCHEDULE": "*/5 * * * * *", "WEBSITE_TIME_ZONE": "Mars/Base"},
+            ["WEBSITE_TIME_ZONE", "Mars/Base"],
+        ),
     ],
 )
 def test_a_bad_schedule_or_time_zone_is_refused_at_load(
     env: dict[str, str], words: list[str], tmp_path: Path
 ) -> None:
-    host = HostProcess(APP, store_spec_for("sqlite", tmp_path),
-                       env={"TIMER_APP_MARKS": str(tmp_path / "m"), **env})
+    host = HostProcess(
+        APP, store_spec_for("sqlite", tmp_path), env={"TIMER_APP_MARKS": str(tmp_path / "m"), **env}
+    )
     for command in (["start", "--port", "0"], ["next-wake"]):
         done = run_cli(host, *command)
         assert done.returncode == 2, done

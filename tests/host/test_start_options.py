@@ -20,7 +20,10 @@ def run_start(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[st
     """A start that is expected to fail before it serves."""
     return subprocess.run(
         [sys.executable, "-m", "durable_host", "start", "--port", "0", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
     )
 
 
@@ -64,10 +67,15 @@ def test_a_local_settings_file_that_is_not_json_is_named(tmp_path: Path) -> None
 def test_a_bad_local_http_port_names_the_field(tmp_path: Path) -> None:
     app = app_copy(tmp_path, {"Host": {"LocalHttpPort": "seventy"}})
 
-    line = one_line(subprocess.run(
-        [sys.executable, "-m", "durable_host", "start", "--app-dir", str(app)],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
-    ))
+    line = one_line(
+        subprocess.run(
+            [sys.executable, "-m", "durable_host", "start", "--app-dir", str(app)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+    )
 
     assert "Host.LocalHttpPort" in line and "local.settings.json" in line
 
@@ -78,14 +86,14 @@ def test_an_unknown_flag_is_named(tmp_path: Path) -> None:
     assert "--no-such-flag" in line
 
 
-ARCHIVE = '''
+ARCHIVE = """
 
 @app.route(route="archive", methods=["POST"])
 @app.blob_output(arg_name="out", path="archive/{rand-guid}", connection="AzureWebJobsStorage")
 def archive(req: func.HttpRequest, out) -> str:
     out.set(req.get_body())
     return "stored"
-'''
+"""
 
 
 def test_a_served_function_with_a_binding_the_host_does_not_run_is_named(tmp_path: Path) -> None:
@@ -116,11 +124,25 @@ def test_start_lists_functions_and_honours_the_host_section(tmp_path: Path) -> N
     with log.open("w") as err:
         process = subprocess.Popen(
             [
-                sys.executable, "-m", "durable_host", "start", "--app-dir", str(app),
-                "--store", f"sqlite:{tmp_path / 'h.db'}", "--grace", "1",
-                "--functions", "greet,start", "pair", "shout",
+                sys.executable,
+                "-m",
+                "durable_host",
+                "start",
+                "--app-dir",
+                str(app),
+                "--store",
+                f"sqlite:{tmp_path / 'h.db'}",
+                "--grace",
+                "1",
+                "--functions",
+                "greet,start",
+                "pair",
+                "shout",
             ],
-            stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            cwd=ROOT,
         )
     try:
         assert process.stdout is not None
@@ -128,18 +150,23 @@ def test_start_lists_functions_and_honours_the_host_section(tmp_path: Path) -> N
         assert first.strip() == f"durable host listening on http://127.0.0.1:{port}"
         base = f"http://127.0.0.1:{port}"
         preflight = urllib.request.Request(
-            f"{base}/api/greet/ann", method="OPTIONS",
+            f"{base}/api/greet/ann",
+            method="OPTIONS",
             headers={"Origin": "http://ui.example", "Access-Control-Request-Method": "GET"},
         )
         with urllib.request.urlopen(preflight, timeout=30) as resp:
             assert resp.status == 204
             assert resp.headers["Access-Control-Allow-Origin"] == "http://ui.example"
             assert resp.headers["Access-Control-Allow-Credentials"] == "true"
-        call = urllib.request.Request(f"{base}/api/greet/ann", headers={"Origin": "http://ui.example"})
+        call = urllib.request.Request(
+            f"{base}/api/greet/ann", headers={"Origin": "http://ui.example"}
+        )
         with urllib.request.urlopen(call, timeout=30) as resp:
             assert resp.read() == b"hello ann"
             assert resp.headers["Access-Control-Allow-Origin"] == "http://ui.example"
-        other = urllib.request.Request(f"{base}/api/greet/ann", headers={"Origin": "http://evil.example"})
+        other = urllib.request.Request(
+            f"{base}/api/greet/ann", headers={"Origin": "http://evil.example"}
+        )
         with urllib.request.urlopen(other, timeout=30) as resp:
             assert "Access-Control-Allow-Origin" not in resp.headers
     finally:
@@ -148,7 +175,10 @@ def test_start_lists_functions_and_honours_the_host_section(tmp_path: Path) -> N
     text = log.read_text()
     assert f"greet: [GET] {base}/api/greet/{{name}}" in text
     assert f"start: [POST] {base}/api/start" in text
-    assert f"pair: orchestrationTrigger (start: [POST] {base}/runtime/webhooks/durabletask/orchestrators/pair)" in text
+    assert (
+        f"pair: orchestrationTrigger (start: [POST] {base}/runtime/webhooks/durabletask/orchestrators/pair)"
+        in text
+    )
     assert "shout: activityTrigger" in text
     assert "drain" not in text  # left out with --functions
 

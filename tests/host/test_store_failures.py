@@ -36,7 +36,8 @@ def test_a_bulk_purge_never_removes_a_running_instance(make_host) -> None:
 def test_commits_that_fail_on_a_full_disk_never_make_an_instance_poison(tmp_path: Path) -> None:
     failures = ",".join(f"commit_episode.before@{n}" for n in range(1, 5))
     host = HostProcess(
-        APPS / "basic", f"sqlite:{tmp_path / 'hub.db'}",
+        APPS / "basic",
+        f"sqlite:{tmp_path / 'hub.db'}",
         env={"DURABLE_HOST_STORE_FAULTS": failures, "DURABLE_HOST_POISON_ATTEMPTS": "2"},
     ).start()
     try:
@@ -55,7 +56,8 @@ def test_commits_that_fail_on_a_full_disk_never_make_an_instance_poison(tmp_path
 
 def test_a_request_that_hits_a_store_error_answers_503_naming_it(tmp_path: Path) -> None:
     host = HostProcess(
-        APPS / "basic", f"sqlite:{tmp_path / 'hub.db'}",
+        APPS / "basic",
+        f"sqlite:{tmp_path / 'hub.db'}",
         env={"DURABLE_HOST_STORE_FAULTS": "create_instance.before@1"},
     ).start()
     try:
@@ -100,9 +102,23 @@ def test_the_host_refuses_to_start_on_a_corrupt_database(tmp_path: Path) -> None
         f.write(b"\x5a" * 4096 * 3)
 
     started = subprocess.run(
-        [sys.executable, "-m", "durable_host", "start", "--app-dir", str(APPS / "basic"),
-         "--port", "0", "--store", f"sqlite:{database}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        [
+            sys.executable,
+            "-m",
+            "durable_host",
+            "start",
+            "--app-dir",
+            str(APPS / "basic"),
+            "--port",
+            "0",
+            "--store",
+            f"sqlite:{database}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
     assert started.returncode == 2, started.stderr

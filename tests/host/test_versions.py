@@ -65,8 +65,18 @@ def test_running_instances_finish_on_their_version_and_new_ones_run_the_new_one(
 
     assert finished["runtimeStatus"] == "Completed"
     # The child started without a version got the serving host's defaultVersion.
-    assert finished["output"] == {"version": "1.0", "path": "v1-path", "child": "2.0", "pinned": "1.0"}
-    assert renewed["output"] == {"version": "2.0", "path": "v2-path", "child": "2.0", "pinned": "2.0"}
+    assert finished["output"] == {
+        "version": "1.0",
+        "path": "v1-path",
+        "child": "2.0",
+        "pinned": "1.0",
+    }
+    assert renewed["output"] == {
+        "version": "2.0",
+        "path": "v2-path",
+        "child": "2.0",
+        "pinned": "2.0",
+    }
     assert v2.wait_for_status(countdown)["output"] == "2.0"  # continue-as-new kept it
     blocked = wait_blocked(v2, newer)
     assert blocked["runtimeStatus"] == "Pending" and blocked["version"] == "3.0"
@@ -106,7 +116,12 @@ def test_with_strict_matching_each_version_waits_visibly_for_a_host_of_its_own(m
     assert parked == 1
     assert renewed["output"]["path"] == "v2-path"
     # The returning 1.0 host finds the event still waiting and finishes on the 1.0 path.
-    assert finished["output"] == {"version": "1.0", "path": "v1-path", "child": "1.0", "pinned": "1.0"}
+    assert finished["output"] == {
+        "version": "1.0",
+        "path": "v1-path",
+        "child": "1.0",
+        "pinned": "1.0",
+    }
     assert held_new["runtimeStatus"] == "Running" and held_new["version"] == "2.0"
     history = back.status(waiting_new, "?showHistory=true")["historyEvents"]
     assert not any(e["EventType"] == "EventRaised" for e in history)

@@ -39,8 +39,21 @@ def build_wheel(tmp_path: Path) -> Path:
             shutil.copy2(ROOT / name, target)
     dist = tmp_path / "dist"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dist), str(source)],
-        check=True, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--quiet",
+            "-w",
+            str(dist),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     (wheel,) = dist.glob("durable_host-*.whl")
     return wheel
@@ -58,14 +71,19 @@ def test_the_wheel_holds_the_host_alone_with_its_command_and_plugin(tmp_path: Pa
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"durable_host"}
     assert {
-        "durable_host/cli.py", "durable_host/pytest_plugin.py", "durable_host/testing.py",
-        "durable_host/store/azure/store.py", "durable_host/dashboard/static/index.html",
-        "durable_host/dashboard/static/dashboard.js", "durable_host/dashboard/static/dashboard.css",
+        "durable_host/cli.py",
+        "durable_host/pytest_plugin.py",
+        "durable_host/testing.py",
+        "durable_host/store/azure/store.py",
+        "durable_host/dashboard/static/index.html",
+        "durable_host/dashboard/static/dashboard.js",
+        "durable_host/dashboard/static/dashboard.css",
     } <= set(names)
     assert "durable-host = durable_host.cli:main" in entry_points
     assert "[pytest11]" in entry_points and "durable_host.pytest_plugin" in entry_points
     host_pins = [
-        line.strip() for line in (ROOT / "requirements-host.txt").read_text().splitlines()
+        line.strip()
+        for line in (ROOT / "requirements-host.txt").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
     assert [f"Requires-Dist: {pin}" in metadata for pin in host_pins] == [True] * len(host_pins)
@@ -85,18 +103,34 @@ def test_pip_install_gives_a_working_command_and_pytest_plugin(tmp_path: Path) -
     python = env_dir / "bin" / "python"
     subprocess.run(
         [str(python), "-m", "pip", "install", "--quiet", str(wheel), "pytest==9.0.3"],
-        check=True, timeout=900,
+        check=True,
+        timeout=900,
     )
     # The sample app lives in a directory of its own, away from this repository.
     project = tmp_path / "project"
-    shutil.copytree(ROOT / "examples" / "plugin_test", project,
-                    ignore=shutil.ignore_patterns("__pycache__", ".durable"))
+    shutil.copytree(
+        ROOT / "examples" / "plugin_test",
+        project,
+        ignore=shutil.ignore_patterns("__pycache__", ".durable"),
+    )
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
 
     command = subprocess.Popen(
-        [str(env_dir / "bin" / "durable-host"), "start", "--app-dir", str(project / "app"),
-         "--port", "0", "--store", f"sqlite:{tmp_path / 'cli.db'}"],
-        cwd=tmp_path, env=clean, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            str(env_dir / "bin" / "durable-host"),
+            "start",
+            "--app-dir",
+            str(project / "app"),
+            "--port",
+            "0",
+            "--store",
+            f"sqlite:{tmp_path / 'cli.db'}",
+        ],
+        cwd=tmp_path,
+        env=clean,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
         assert command.stdout is not None
@@ -105,7 +139,8 @@ def test_pip_install_gives_a_working_command_and_pytest_plugin(tmp_path: Path) -
         base = line.strip().rsplit(" ", 1)[-1]
         request = urllib.request.Request(
             f"{base}/runtime/webhooks/durabletask/orchestrators/process_order",
-            data=json.dumps({"item": "pen", "qty": 1}).encode(), method="POST",
+            data=json.dumps({"item": "pen", "qty": 1}).encode(),
+            method="POST",
             headers={"Content-Type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=30) as resp:
@@ -118,7 +153,11 @@ def test_pip_install_gives_a_working_command_and_pytest_plugin(tmp_path: Path) -
 
     result = subprocess.run(
         [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", str(project)],
-        cwd=project, env=clean, capture_output=True, text=True, timeout=300,
+        cwd=project,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "1 passed" in result.stdout

@@ -119,7 +119,9 @@ async def _campaign(host: HostProcess) -> tuple[int, Tally, int]:
     stop = asyncio.Event()
     tally = Tally()
     watcher = asyncio.create_task(_watch(host.process.pid, tally, stop))
-    attackers = [asyncio.create_task(tally.attack(port, stop, slow=i < SLOW)) for i in range(SLOW + IDLE)]
+    attackers = [
+        asyncio.create_task(tally.attack(port, stop, slow=i < SLOW)) for i in range(SLOW + IDLE)
+    ]
     served = 0
     for i in range(ROUNDS):
         served += await asyncio.to_thread(_normal_round, host, i)
@@ -207,7 +209,9 @@ def test_running_out_of_file_descriptors_is_logged_briefly_and_the_host_recovers
 
     asyncio.run(flood())
 
-    assert wait_for(lambda: host.get("/admin/host/status", timeout=10).status == 200, 30, "the host")
+    assert wait_for(
+        lambda: host.get("/admin/host/status", timeout=10).status == 200, 30, "the host"
+    )
     instance = host.start_orchestration("hello_sequence", instance_id="after-the-flood")
     assert host.wait_for_status(instance)["runtimeStatus"] == "Completed"
     log = host.log_path.read_text() if host.log_path else ""
@@ -242,8 +246,11 @@ def test_an_oversized_input_is_refused_on_its_declared_length_before_any_body_is
 def test_a_flood_of_malformed_requests_is_answered_400_and_logged_in_a_few_lines(host):
     port = int(host.base_url.rsplit(":", 1)[1])
     before = len(host.log_path.read_text().splitlines()) if host.log_path else 0  # start-up
-    garbage = [b"\x16\x03\x01 not http\r\n\r\n", b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
-               b"GET /" + b"a" * 10_000 + b" HTTP/1.1\r\n\r\n"]
+    garbage = [
+        b"\x16\x03\x01 not http\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+        b"GET /" + b"a" * 10_000 + b" HTTP/1.1\r\n\r\n",
+    ]
 
     async def flood() -> list[bytes]:
         return await asyncio.gather(*(_exchange(port, garbage[i % 3]) for i in range(300)))

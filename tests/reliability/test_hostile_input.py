@@ -78,9 +78,7 @@ def _deep(depth: int) -> bytes:
 def _host_cases(base: str) -> list[Case]:
     start = f"{base}/orchestrators/hello_sequence"
     sizes = (65, 5_000, 200_000) + ((1_000_000,) if LONG else ())
-    cases = [
-        Case(f"start deep {d}", "POST", f"{start}/hx-deep-{d}", _deep(d), JSON) for d in sizes
-    ]
+    cases = [Case(f"start deep {d}", "POST", f"{start}/hx-deep-{d}", _deep(d), JSON) for d in sizes]
     cases += [
         Case("start malformed", "POST", f"{start}/hx-1", b'{"a": [1, 2', JSON),
         Case("start NaN", "POST", f"{start}/hx-2", b"[NaN]", JSON),
@@ -88,7 +86,9 @@ def _host_cases(base: str) -> list[Case]:
         Case("start 5000-digit integer", "POST", f"{start}/hx-4", b"1" * 5000, JSON),
         Case("start lone surrogate", "POST", f"{start}/hx-5", b'{"who": "\\ud800"}', JSON),
         Case("start invalid utf-8", "POST", f"{start}/hx-6", b'"\xff\xfe"', JSON),
-        Case("start too large", "POST", f"{start}/hx-7", b'"' + b"x" * (5 * 1024 * 1024) + b'"', JSON),
+        Case(
+            "start too large", "POST", f"{start}/hx-7", b'"' + b"x" * (5 * 1024 * 1024) + b'"', JSON
+        ),
         Case("start control id", "POST", f"{start}/hx%00nul", None),
         Case("start newline id", "POST", f"{start}/hx%0Aline", None),
         Case("start long id", "POST", f"{start}/{'h' * 4000}", None),
@@ -104,15 +104,43 @@ def _host_cases(base: str) -> list[Case]:
         Case("purge without from", "DELETE", f"{base}/instances", None),
         Case("purge bad date", "DELETE", f"{base}/instances?createdTimeFrom=%ff", None),
         Case("purge running", "DELETE", f"{base}/instances/{TARGET}", None),
-        Case("event deep", "POST", f"{base}/instances/{TARGET}/raiseEvent/approve", _deep(200_000), JSON),
+        Case(
+            "event deep",
+            "POST",
+            f"{base}/instances/{TARGET}/raiseEvent/approve",
+            _deep(200_000),
+            JSON,
+        ),
         Case("event NaN", "POST", f"{base}/instances/{TARGET}/raiseEvent/approve", b"NaN", JSON),
-        Case("event surrogate", "POST", f"{base}/instances/{TARGET}/raiseEvent/approve", b'"\\udfff"', JSON),
-        Case("event not json", "POST", f"{base}/instances/{TARGET}/raiseEvent/approve", b"yes", {"Content-Type": "text/plain"}),
+        Case(
+            "event surrogate",
+            "POST",
+            f"{base}/instances/{TARGET}/raiseEvent/approve",
+            b'"\\udfff"',
+            JSON,
+        ),
+        Case(
+            "event not json",
+            "POST",
+            f"{base}/instances/{TARGET}/raiseEvent/approve",
+            b"yes",
+            {"Content-Type": "text/plain"},
+        ),
         Case("event unknown", "POST", f"{base}/instances/{MISSING}/raiseEvent/approve", b"1", JSON),
         Case("rewind running", "POST", f"{base}/instances/{TARGET}/rewind", None),
         Case("resume running", "POST", f"{base}/instances/{TARGET}/resume", None),
-        Case("restart bad flag", "POST", f"{base}/instances/{TARGET}/restart?restartWithNewInstanceId=%01", None),
-        Case("terminate unknown", "POST", f"{base}/instances/{MISSING}/terminate?reason=%ED%A0%80", None),
+        Case(
+            "restart bad flag",
+            "POST",
+            f"{base}/instances/{TARGET}/restart?restartWithNewInstanceId=%01",
+            None,
+        ),
+        Case(
+            "terminate unknown",
+            "POST",
+            f"{base}/instances/{MISSING}/terminate?reason=%ED%A0%80",
+            None,
+        ),
         Case("unknown action", "POST", f"{base}/instances/{TARGET}/explode", None),
         Case("entity deep", "POST", f"{base}/entities/counter/hx?op=add", _deep(200_000), JSON),
         Case("entity infinity", "POST", f"{base}/entities/counter/hx?op=add", b"-Infinity", JSON),
@@ -143,13 +171,36 @@ def _app_cases() -> list[Case]:
         Case("submit long session", "POST", f"{sessions}/{'s' * 3000}/submissions", b"{}", JSON),
         Case("submit invalid utf-8", "POST", submit, b'{"requestId": "\xff", "text": "a"}', JSON),
         Case("view bad session", "GET", f"{sessions}/..%2F..%2Fetc", None),
-        Case("changes after overflow", "GET", f"{sessions}/hostile/changes?after=99999999999999999999999", None),
+        Case(
+            "changes after overflow",
+            "GET",
+            f"{sessions}/hostile/changes?after=99999999999999999999999",
+            None,
+        ),
         Case("changes wait nan", "GET", f"{sessions}/hostile/changes?wait=nan", None),
         Case("changes limit negative", "GET", f"{sessions}/hostile/changes?limit=-1", None),
         Case("submission bad id", "GET", f"{sessions}/hostile/submissions/%01", None),
-        Case("operator deep", "POST", f"{sessions}/hostile/submissions/s1/operator", deep_but_small, JSON),
-        Case("operator wrong type", "POST", f"{sessions}/hostile/submissions/s1/operator", b"[]", JSON),
-        Case("approval bad decision", "POST", f"{sessions}/hostile/approvals/t1", b'{"requestId": "r", "decision": 7}', JSON),
+        Case(
+            "operator deep",
+            "POST",
+            f"{sessions}/hostile/submissions/s1/operator",
+            deep_but_small,
+            JSON,
+        ),
+        Case(
+            "operator wrong type",
+            "POST",
+            f"{sessions}/hostile/submissions/s1/operator",
+            b"[]",
+            JSON,
+        ),
+        Case(
+            "approval bad decision",
+            "POST",
+            f"{sessions}/hostile/approvals/t1",
+            b'{"requestId": "r", "decision": 7}',
+            JSON,
+        ),
         Case("page bad session", "GET", f"{sessions}/%00/page", None),
         Case("static traversal", "GET", "/api/static/..%2F..%2Ffunction_app.py", None),
         Case("delete bad session", "DELETE", f"{sessions}/{'d' * 3000}", None),
@@ -238,7 +289,9 @@ def test_hostile_input_to_the_app_routes_is_4xx_and_stores_nothing(kernel, case:
 
 def test_after_the_attack_the_hosts_still_serve_normal_requests(basic, kernel) -> None:
     host, probe = basic
-    instance = host.start_orchestration("hello_sequence", instance_id=f"after-{uuid.uuid4().hex[:8]}")
+    instance = host.start_orchestration(
+        "hello_sequence", instance_id=f"after-{uuid.uuid4().hex[:8]}"
+    )
     host.post(f"{WEBHOOK}/instances/{TARGET}/raiseEvent/approve", "still works")
 
     assert host.wait_for_status(instance)["runtimeStatus"] == "Completed"

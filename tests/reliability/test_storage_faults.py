@@ -68,8 +68,10 @@ def test_transient_store_faults_lose_nothing(
         fired = faults_fired(host)
     finally:
         host.kill()
-    print(f"storage faults {store_kind} {rate}% seed {seed}: {CHAINS} chains, {fired} faults, "
-          f"{result['runs']} runs, {result['duplicates']} duplicates, 0 lost")
+    print(
+        f"storage faults {store_kind} {rate}% seed {seed}: {CHAINS} chains, {fired} faults, "
+        f"{result['runs']} runs, {result['duplicates']} duplicates, 0 lost"
+    )
 
 
 def test_store_errors_that_reach_the_engine_never_quarantine(
@@ -82,8 +84,7 @@ def test_store_errors_that_reach_the_engine_never_quarantine(
     if store_kind == "sqlite":
         faults = {"DURABLE_HOST_STORE_FAULTS": "*.before%20"}
     else:
-        faults = {"DURABLE_HOST_AZURE_FAULTS": "request%5",
-                  "DURABLE_HOST_AZURE_RETRY_SECONDS": "0"}
+        faults = {"DURABLE_HOST_AZURE_FAULTS": "request%5", "DURABLE_HOST_AZURE_RETRY_SECONDS": "0"}
     env = {"RELIABILITY_LEDGER": str(ledger), "DURABLE_HOST_POISON_ATTEMPTS": "2", **faults}
     host = HostProcess(APP, store_spec_for(store_kind, tmp_path, "hub"), env=env).start()
     try:
@@ -93,8 +94,10 @@ def test_store_errors_that_reach_the_engine_never_quarantine(
         assert "quarantined" not in log
     finally:
         host.kill()
-    print(f"store errors at the engine {store_kind}: {CHAINS} chains, {reached} episode "
-          f"retries, {result['runs']} runs, {result['duplicates']} duplicates, 0 lost")
+    print(
+        f"store errors at the engine {store_kind}: {CHAINS} chains, {reached} episode "
+        f"retries, {result['runs']} runs, {result['duplicates']} duplicates, 0 lost"
+    )
 
 
 def test_a_disk_full_for_seconds_loses_nothing(store_kind: str, tmp_path: Path) -> None:
@@ -114,7 +117,7 @@ def test_a_disk_full_for_seconds_loses_nothing(store_kind: str, tmp_path: Path) 
         )
         time.sleep(FULL_DISK_SECONDS)
         switch.unlink()
-        for key in keys[CHAINS // 2:]:
+        for key in keys[CHAINS // 2 :]:
             submit(host, "ledger_chain", key, {"key": key, "steps": STEPS, "tally": "full"})
         for key in keys:
             check_chain(host, key, STEPS)
@@ -127,5 +130,7 @@ def test_a_disk_full_for_seconds_loses_nothing(store_kind: str, tmp_path: Path) 
         assert "quarantined" not in log and "cannot rollback" not in log
     finally:
         host.kill()
-    print(f"disk full {FULL_DISK_SECONDS}s: {CHAINS} chains, {sum(runs.values())} runs, "
-          "0 duplicates, 0 lost")
+    print(
+        f"disk full {FULL_DISK_SECONDS}s: {CHAINS} chains, {sum(runs.values())} runs, "
+        "0 duplicates, 0 lost"
+    )

@@ -35,9 +35,23 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def second_host(store: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "durable_host", "start", "--app-dir", str(APP), "--port", "0",
-         "--store", store],
-        cwd=cwd, capture_output=True, text=True, timeout=60, check=False,
+        [
+            sys.executable,
+            "-m",
+            "durable_host",
+            "start",
+            "--app-dir",
+            str(APP),
+            "--port",
+            "0",
+            "--store",
+            store,
+        ],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
 
@@ -90,8 +104,10 @@ def test_a_second_host_on_one_sqlite_file_never_starts(tmp_path: Path) -> None:
         }
     finally:
         owner.kill()
-    print(f"two hosts sqlite: {len(refused)} second hosts refused, {CHAINS} chains, "
-          f"{sum(runs.values())} runs, 0 duplicates, 0 lost")
+    print(
+        f"two hosts sqlite: {len(refused)} second hosts refused, {CHAINS} chains, "
+        f"{sum(runs.values())} runs, 0 duplicates, 0 lost"
+    )
 
 
 def test_a_second_host_on_one_azure_hub_waits_and_takes_over_without_duplicates(
@@ -107,8 +123,11 @@ def test_a_second_host_on_one_azure_hub_waits_and_takes_over_without_duplicates(
     try:
         starter.start()
         log = tmp_path / "standby.log"
-        wait_for(lambda: log.exists() and "waits as a standby" in log.read_text(),
-                 30, "the second host to wait as a standby")
+        wait_for(
+            lambda: log.exists() and "waits as a standby" in log.read_text(),
+            30,
+            "the second host to wait as a standby",
+        )
         keys = [f"hub-{n:03d}" for n in range(CHAINS)]
         for key in keys:
             submit(owner, "ledger_chain", key, {"key": key, "steps": STEPS})
@@ -129,5 +148,7 @@ def test_a_second_host_on_one_azure_hub_waits_and_takes_over_without_duplicates(
     finally:
         owner.kill()
         standby.kill()
-    print(f"two hosts azure: standby took over, {CHAINS} chains, {sum(runs.values())} runs, "
-          f"{duplicates} duplicates ({abandoned} abandoned at stop), 0 lost")
+    print(
+        f"two hosts azure: standby took over, {CHAINS} chains, {sum(runs.values())} runs, "
+        f"{duplicates} duplicates ({abandoned} abandoned at stop), 0 lost"
+    )

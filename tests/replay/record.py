@@ -46,6 +46,8 @@ def app_version() -> str:
 
 def corpus_dir(version: str) -> Path:
     return HISTORIES / (version or "unversioned")
+
+
 Recorder = Callable[[HostProcess, ModelServer], dict[str, str]]
 
 

@@ -92,7 +92,9 @@ def test_the_current_version_has_golden_histories_of_every_orchestrator_of_the_a
     current = corpus_dir(app_version())
     recorded = {json.loads(p.read_text())["orchestrator"] for p in current.glob("*.json")}
 
-    assert recorded == set(HANDLES), f"record the corpus of {current.name}: python -m tests.replay.record"
+    assert recorded == set(HANDLES), (
+        f"record the corpus of {current.name}: python -m tests.replay.record"
+    )
 
 
 def test_every_history_was_recorded_at_the_version_of_its_corpus():

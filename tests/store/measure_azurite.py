@@ -77,16 +77,14 @@ async def raw_round_trips(connection: str, rounds: int) -> list[tuple[str, float
                     f"transaction of {size} rows",
                     *await timed(
                         rounds,
-                        lambda n, size=size: (
-                            table.submit_transaction(
-                                [
-                                    (
-                                        "upsert",
-                                        {"PartitionKey": f"b{size}-{n}", "RowKey": f"{i}", **row},
-                                    )
-                                    for i in range(size)
-                                ]
-                            )
+                        lambda n, size=size: table.submit_transaction(
+                            [
+                                (
+                                    "upsert",
+                                    {"PartitionKey": f"b{size}-{n}", "RowKey": f"{i}", **row},
+                                )
+                                for i in range(size)
+                            ]
                         ),
                     ),
                 )

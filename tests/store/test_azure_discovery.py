@@ -67,9 +67,7 @@ def test_discovery_reads_no_history_and_costs_the_same_in_a_large_hub(run_store)
         # The hub grows: a long history and many finished instances.
         await started(store, "long", events=400)
         await store.fetch_messages("long", T0)
-        await store.commit_episode(
-            "long", Episode(events=[event(n) for n in range(400, 450)]), T0
-        )
+        await store.commit_episode("long", Episode(events=[event(n) for n in range(400, 450)]), T0)
         for n in range(30):
             await started(store, f"done{n}", events=20)
             await store.fetch_messages(f"done{n}", T0)

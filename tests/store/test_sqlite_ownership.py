@@ -178,7 +178,9 @@ def test_a_full_disk_is_a_passing_store_error_that_names_itself(tmp_path: Path) 
 def test_a_commit_that_reports_failure_after_it_applied_stands(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("DURABLE_HOST_STORE_FAULTS", "commit_episode.after@1,create_instance.before@2")
+    monkeypatch.setenv(
+        "DURABLE_HOST_STORE_FAULTS", "commit_episode.after@1,create_instance.before@2"
+    )
 
     async def body() -> None:
         store = await opened(tmp_path / "hub.db")
@@ -189,8 +191,13 @@ def test_a_commit_that_reports_failure_after_it_applied_stands(
 
         messages = await store.fetch_messages("a", T0)
         episode = Episode(
-            consumed=[i for i, _ in messages], events=[event(0)], replace_history=True,
-            execution_id="e1", status="Running", name="orch", input_json='"in"',
+            consumed=[i for i, _ in messages],
+            events=[event(0)],
+            replace_history=True,
+            execution_id="e1",
+            status="Running",
+            name="orch",
+            input_json='"in"',
         )
         await store.commit_episode("a", episode, T0)  # the lost answer is resolved
 

@@ -699,6 +699,7 @@ def test_a_store_opened_read_only_beside_the_owner_shares_its_secrets(
 
     asyncio.run(main())
 
+
 def test_ready_instances_come_in_arrival_order_not_id_order(run_store) -> None:
     async def body(store: Any) -> None:
         for instance_id in ("zulu", "alpha", "mike"):

@@ -79,9 +79,7 @@ def translate_azure_errors(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awa
             return await fn(*args, **kwargs)
         except AzureError as exc:
             if status_of(exc) in _REJECTED_STATUS:
-                raise RequestRejectedError(
-                    f"Azure Storage refused {fn.__name__}: {exc}"
-                ) from exc
+                raise RequestRejectedError(f"Azure Storage refused {fn.__name__}: {exc}") from exc
             raise AzureStoreError(f"Azure Storage rejected {fn.__name__}: {exc}") from exc
 
     return wrapper

@@ -221,7 +221,10 @@ class HubIndex:
         if up_to is not None:
             flt, params = "PartitionKey eq @pk and RowKey lt @hi", {"hi": up_to + _AFTER_TIME}
         else:
-            flt, params = "PartitionKey eq @pk and RowKey ge @lo", {"lo": (after or "") + _AFTER_TIME}
+            flt, params = (
+                "PartitionKey eq @pk and RowKey ge @lo",
+                {"lo": (after or "") + _AFTER_TIME},
+            )
         rows = await self._tables.query(
             flt, {"pk": TIMERS, **params}, select=["RowKey"], table=self._tables.index, top=top
         )

@@ -99,9 +99,7 @@ class AzureStore:
         self.commits = CommitProtocol(self.tables, rows, self.index)
         self.work = WorkItems(self.tables, rows, self.commits)
         self.instances = Instances(self.tables, rows, self.commits, self.work, self.attempts)
-        self.scans = HubScans(
-            self.tables, rows, self.commits, self.work, self.attempts, self.index
-        )
+        self.scans = HubScans(self.tables, rows, self.commits, self.work, self.attempts, self.index)
         self.discovery = Discovery(self.tables, self.commits, self.work, self.index)
         self.secrets = HubSecrets(self.tables)
         self.schedules = HubSchedules(self.tables)

@@ -74,9 +74,7 @@ class HubTables:
         self.lease: HubLease | None = None  # None: opened read-only, writes fail
         self.round_trips = 0  # storage requests sent, for /admin/host/metrics and bench/
         # Recent queries (filter, parameters), newest last: tests check what discovery reads.
-        self.queries: collections.deque[tuple[str, dict[str, Any]]] = collections.deque(
-            maxlen=1000
-        )
+        self.queries: collections.deque[tuple[str, dict[str, Any]]] = collections.deque(maxlen=1000)
         self.table_name = ""
         self.table: Any = None
         self.index: Any = None  # the hub's index table (``index.py``): small, never history

@@ -23,6 +23,7 @@ def _mark(name: str) -> None:
 
 # --- activities ---
 
+
 @app.activity_trigger(input_name="name")
 def say_hello(name: str) -> str:
     _mark(f"say_hello:{name}")
@@ -72,6 +73,7 @@ async def raise_from_activity(payload: dict, client) -> str:
 
 
 # --- orchestrators ---
+
 
 @app.orchestration_trigger(context_name="context")
 def hello_sequence(context: df.DurableOrchestrationContext):
@@ -223,7 +225,9 @@ def huge_status(context: df.DurableOrchestrationContext):
 def fail_fast_then_more(context: df.DurableOrchestrationContext):
     """task_all fails fast on 'fail'; strict scheduling holds 'echo' until 'slow' ends."""
     try:
-        yield context.task_all([context.call_activity("fail", "x"), context.call_activity("slow", 0.5)])
+        yield context.task_all(
+            [context.call_activity("fail", "x"), context.call_activity("slow", 0.5)]
+        )
     except Exception:
         pass
     return (yield context.call_activity("echo", "after"))
@@ -283,6 +287,7 @@ def slow_step(context: df.DurableOrchestrationContext):
 
 # --- entities ---
 
+
 @app.entity_trigger(context_name="context")
 def counter(context: df.DurableEntityContext):
     value = context.get_state(lambda: 0)
@@ -302,12 +307,15 @@ def counter(context: df.DurableEntityContext):
 
 # --- HTTP ---
 
+
 @app.route(route="orchestrators/{name}/{instance_id?}", methods=["POST"])
 @app.durable_client_input(client_name="client")
 async def http_start(req: func.HttpRequest, client) -> func.HttpResponse:
     body = req.get_body()
     instance_id = await client.start_new(
-        req.route_params["name"], req.route_params.get("instance_id"), req.get_json() if body else None
+        req.route_params["name"],
+        req.route_params.get("instance_id"),
+        req.get_json() if body else None,
     )
     return client.create_check_status_response(req, instance_id)
 
@@ -316,7 +324,9 @@ async def http_start(req: func.HttpRequest, client) -> func.HttpResponse:
 @app.durable_client_input(client_name="client")
 async def http_start_wait(req: func.HttpRequest, client) -> func.HttpResponse:
     instance_id = await client.start_new(req.route_params["name"], None, None)
-    return await client.wait_for_completion_or_create_check_status_response(req, instance_id, 10000, 100)
+    return await client.wait_for_completion_or_create_check_status_response(
+        req, instance_id, 10000, 100
+    )
 
 
 @app.route(route="status/{instance_id}", methods=["GET"])
@@ -324,15 +334,21 @@ async def http_start_wait(req: func.HttpRequest, client) -> func.HttpResponse:
 async def http_status(req: func.HttpRequest, client) -> func.HttpResponse:
     status = await client.get_status(req.route_params["instance_id"])
     if not status:
-        return func.HttpResponse(json.dumps({"found": False}), status_code=404, mimetype="application/json")
-    return func.HttpResponse(json.dumps({"status": status.runtime_status.value, "output": status.output}),
-                             mimetype="application/json")
+        return func.HttpResponse(
+            json.dumps({"found": False}), status_code=404, mimetype="application/json"
+        )
+    return func.HttpResponse(
+        json.dumps({"status": status.runtime_status.value, "output": status.output}),
+        mimetype="application/json",
+    )
 
 
 @app.route(route="events/{instance_id}/{name}", methods=["POST"])
 @app.durable_client_input(client_name="client")
 async def http_raise(req: func.HttpRequest, client) -> func.HttpResponse:
-    await client.raise_event(req.route_params["instance_id"], req.route_params["name"], req.get_json())
+    await client.raise_event(
+        req.route_params["instance_id"], req.route_params["name"], req.get_json()
+    )
     return func.HttpResponse(status_code=202)
 
 
@@ -351,8 +367,10 @@ async def http_entity(req: func.HttpRequest, client) -> func.HttpResponse:
         await client.signal_entity(entity, req.params.get("op", "add"), req.get_json())
         return func.HttpResponse(status_code=202)
     state = await client.read_entity_state(entity)
-    return func.HttpResponse(json.dumps({"exists": state.entity_exists, "state": state.entity_state}),
-                             mimetype="application/json")
+    return func.HttpResponse(
+        json.dumps({"exists": state.entity_exists, "state": state.entity_state}),
+        mimetype="application/json",
+    )
 
 
 @app.route(route="hello/{name:alpha}", methods=["GET"])
@@ -362,5 +380,9 @@ def hello_sync(req: func.HttpRequest) -> str:
 
 @app.route(route="echo", methods=["POST", "PUT"])
 async def echo_http(req: func.HttpRequest) -> func.HttpResponse:
-    return func.HttpResponse(req.get_body(), status_code=201, headers={"X-Method": req.method},
-                             mimetype="application/octet-stream")
+    return func.HttpResponse(
+        req.get_body(),
+        status_code=201,
+        headers={"X-Method": req.method},
+        mimetype="application/octet-stream",
+    )

@@ -33,4 +33,3 @@ def shout(word: str) -> str:
 @app.queue_trigger(arg_name="message", queue_name="jobs", connection="AzureWebJobsStorage")
 def drain(message) -> None:
     pass
-

@@ -34,6 +34,7 @@ def _runs(line: str) -> int:
 
 # --- activities ---
 
+
 @app.activity_trigger(input_name="value")
 def echo(value):
     return value
@@ -90,6 +91,7 @@ def kill_host(reason: str) -> str:
 
 # --- orchestrators ---
 
+
 def _arg(context: df.DurableOrchestrationContext, name: str):
     """One field of a JSON-object input (raw webhook starts pass objects through as they are)."""
     value = context.get_input()
@@ -118,13 +120,17 @@ def fails_then_recovers(context: df.DurableOrchestrationContext):
 @app.orchestration_trigger(context_name="context")
 def retry_then_more(context: df.DurableOrchestrationContext):
     options = df.RetryOptions(first_retry_interval_in_milliseconds=50, max_number_of_attempts=2)
-    value = yield context.call_activity_with_retry("fails_until_third", options, context.instance_id)
+    value = yield context.call_activity_with_retry(
+        "fails_until_third", options, context.instance_id
+    )
     return [value, (yield context.call_activity("echo", "after"))]
 
 
 @app.orchestration_trigger(context_name="context")
 def parent_of_failing(context: df.DurableOrchestrationContext):
-    child = yield context.call_sub_orchestrator("fails_then_recovers", None, f"{context.instance_id}-child")
+    child = yield context.call_sub_orchestrator(
+        "fails_then_recovers", None, f"{context.instance_id}-child"
+    )
     return {"child": child}
 
 
@@ -172,7 +178,11 @@ def fan_out_marked(context: df.DurableOrchestrationContext):
 @app.orchestration_trigger(context_name="context")
 def one_slow_step(context: df.DurableOrchestrationContext):
     seconds = float(_arg(context, "seconds"))
-    return (yield context.call_activity("marked_sleep", {"tag": context.instance_id, "seconds": seconds}))
+    return (
+        yield context.call_activity(
+            "marked_sleep", {"tag": context.instance_id, "seconds": seconds}
+        )
+    )
 
 
 @app.orchestration_trigger(context_name="context")
@@ -212,11 +222,14 @@ def long_chain(context: df.DurableOrchestrationContext):
 @app.orchestration_trigger(context_name="context")
 def sleeper(context: df.DurableOrchestrationContext):
     """Sleeps on one durable timer for ``seconds``."""
-    yield context.create_timer(context.current_utc_datetime + timedelta(seconds=float(_arg(context, "seconds"))))
+    yield context.create_timer(
+        context.current_utc_datetime + timedelta(seconds=float(_arg(context, "seconds")))
+    )
     return "woke"
 
 
 # --- the SDK client's management calls, as an app would make them ---
+
 
 def _when(text):
     return datetime.fromisoformat(text) if text else None
@@ -240,7 +253,9 @@ async def _sdk_call(client, op: str, a: dict):
         return (await client.purge_instance_history(a["instance_id"])).instances_deleted
     if op == "purge_by":
         statuses = [df.OrchestrationRuntimeStatus(s) for s in a.get("statuses", [])] or None
-        result = await client.purge_instance_history_by(_when(a["from"]), _when(a.get("to")), statuses)
+        result = await client.purge_instance_history_by(
+            _when(a["from"]), _when(a.get("to")), statuses
+        )
         return result.instances_deleted
     if op in ("suspend", "resume", "terminate", "rewind"):
         return await getattr(client, op)(a["instance_id"], a.get("reason", "by the sdk"))

@@ -11,7 +11,9 @@ app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
 
 @app.route(route="open", auth_level=func.AuthLevel.ANONYMOUS)
 def open_route(req: func.HttpRequest) -> func.HttpResponse:
-    return func.HttpResponse(json.dumps({"route": "open", "url": req.url}), mimetype="application/json")
+    return func.HttpResponse(
+        json.dumps({"route": "open", "url": req.url}), mimetype="application/json"
+    )
 
 
 @app.route(route="guarded")
@@ -33,7 +35,9 @@ def admin_only(req: func.HttpRequest) -> func.HttpResponse:
 @app.durable_client_input(client_name="client")
 async def start(req: func.HttpRequest, client) -> func.HttpResponse:
     body = req.get_body()
-    instance_id = await client.start_new(req.route_params["name"], None, req.get_json() if body else None)
+    instance_id = await client.start_new(
+        req.route_params["name"], None, req.get_json() if body else None
+    )
     return client.create_check_status_response(req, instance_id)
 
 

@@ -42,13 +42,19 @@ class Driver:
     def start(self, input_value: Any = None, raw_input: str | None = None) -> o.Episode:
         input_json = raw_input if raw_input is not None else json.dumps(json.dumps(input_value))
         event = h.execution_started(
-            at=self.now, name=self.name, instance_id=self.instance_id, execution_id="",
-            input_json=input_json if input_value is not None or raw_input else None, version="",
+            at=self.now,
+            name=self.name,
+            instance_id=self.instance_id,
+            execution_id="",
+            input_json=input_json if input_value is not None or raw_input else None,
+            version="",
         )
         return self.deliver({"kind": "start", "event": event})
 
     def deliver(self, *messages: dict[str, Any]) -> o.Episode:
-        view = o.InstanceView(self.instance_id, self.status, self.execution_id, list(self.history), self.name)
+        view = o.InstanceView(
+            self.instance_id, self.status, self.execution_id, list(self.history), self.name
+        )
         numbered = list(enumerate(messages))
         episode = o.run_episode(self.handle, view, numbered, self.now, f"exec{self.episodes}")
         self.episodes += 1
@@ -58,7 +64,11 @@ class Driver:
         self.history.extend(episode.events)
         self.status = episode.status or self.status
         if episode.status in ("Completed", "Failed", "Terminated"):
-            self.output = json.loads(episode.output_json) if episode.output_json and episode.status != "Terminated" else episode.output_json
+            self.output = (
+                json.loads(episode.output_json)
+                if episode.output_json and episode.status != "Terminated"
+                else episode.output_json
+            )
         if episode.custom_status_changed:
             self.custom_status = json.loads(episode.custom_status_json or "null")
         self.activities += [m.payload for m in episode.outbox if m.kind == "activity"]
@@ -70,7 +80,9 @@ class Driver:
         return self.deliver({"kind": "event", "event": event, "execution_id": self.execution_id})
 
     def fail(self, task_id: int, message: str, name: str = "act") -> o.Episode:
-        event = h.task_failed(task_id, self.now, f"Activity function '{name}' failed: {message}", "details")
+        event = h.task_failed(
+            task_id, self.now, f"Activity function '{name}' failed: {message}", "details"
+        )
         return self.deliver({"kind": "event", "event": event, "execution_id": self.execution_id})
 
     def fire(self, timer_id: int) -> o.Episode:

@@ -11,7 +11,9 @@ from durable_host import config
 
 
 def test_a_hub_name_reference_is_resolved_from_the_app_settings(tmp_path: Path) -> None:
-    data = {"extensions": {"durableTask": {"hubName": "%TASKHUB_NAME%", "defaultVersion": "v%V%.0"}}}
+    data = {
+        "extensions": {"durableTask": {"hubName": "%TASKHUB_NAME%", "defaultVersion": "v%V%.0"}}
+    }
 
     cfg = config.parse_host_json(tmp_path, data, {"TASKHUB_NAME": "OrdersHub", "V": "2"})
 
@@ -31,9 +33,15 @@ def test_text_without_a_reference_is_kept(tmp_path: Path) -> None:
     assert config.parse_host_json(tmp_path, data, {}).default_version == "50% done"
 
 
-def test_load_reads_local_settings_and_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "host.json").write_text('{"extensions": {"durableTask": {"hubName": "%HUB_FOR_TEST%"}}}')
-    (tmp_path / "local.settings.json").write_text('{"Values": {"HUB_FOR_TEST": "FromLocalSettings"}}')
+def test_load_reads_local_settings_and_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "host.json").write_text(
+        '{"extensions": {"durableTask": {"hubName": "%HUB_FOR_TEST%"}}}'
+    )
+    (tmp_path / "local.settings.json").write_text(
+        '{"Values": {"HUB_FOR_TEST": "FromLocalSettings"}}'
+    )
     monkeypatch.setenv("HUB_FOR_TEST", "registered, so the undo removes what the test adds")
     monkeypatch.delenv("HUB_FOR_TEST")
 
@@ -42,7 +50,9 @@ def test_load_reads_local_settings_and_the_environment(tmp_path: Path, monkeypat
     assert config.load(tmp_path).hub_name == "FromLocalSettings"
 
 
-def test_the_script_root_is_the_app_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_script_root_is_the_app_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(config.SCRIPT_ROOT, "/somewhere/else")
 
     config.set_script_root(tmp_path)

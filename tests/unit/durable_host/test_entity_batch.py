@@ -31,8 +31,19 @@ def counter(context: df.DurableEntityContext) -> None:
 HANDLE = df.Entity.create(counter)
 
 
-def op(name: str, value=None, *, request_id: str = "r", signal: bool = False, parent: str | None = "caller") -> tuple[int, dict]:
-    request = {"op": name, "id": request_id, "input": json.dumps(value) if value is not None else None}
+def op(
+    name: str,
+    value=None,
+    *,
+    request_id: str = "r",
+    signal: bool = False,
+    parent: str | None = "caller",
+) -> tuple[int, dict]:
+    request = {
+        "op": name,
+        "id": request_id,
+        "input": json.dumps(value) if value is not None else None,
+    }
     if signal:
         request["signal"] = True
     else:
@@ -64,7 +75,13 @@ def test_the_batch_request_has_exactly_the_four_keys_and_double_encoded_inputs()
 
 
 def test_operations_apply_in_order_and_callers_get_one_response_each():
-    commit = run([op("add", 2, signal=True), op("add", 3, request_id="a", signal=True), op("get", request_id="g")])
+    commit = run(
+        [
+            op("add", 2, signal=True),
+            op("add", 3, request_id="a", signal=True),
+            op("get", request_id="g"),
+        ]
+    )
 
     assert commit.exists and json.loads(commit.state_json) == 5
     assert [target for target, _ in commit.responses] == ["caller"]
@@ -91,7 +108,9 @@ def test_untouched_state_passes_through_byte_for_byte():
         context.set_result("no state read")
 
     numbered = [(0, op("peek", request_id="p")[1])]
-    commit = entity.run_batch(df.Entity.create(reader), "@reader@k", True, '{"a":  1}', numbered, T0)
+    commit = entity.run_batch(
+        df.Entity.create(reader), "@reader@k", True, '{"a":  1}', numbered, T0
+    )
 
     assert commit.state_json == '{"a":  1}'
 
@@ -129,7 +148,9 @@ def test_responses_carry_the_time_the_results_exist_not_the_time_the_batch_start
     ticks = iter(["2024-01-01T00:00:07.000000Z"])
     numbered = [(0, op("add", 2, request_id="a")[1]), (1, op("get", request_id="b")[1])]
 
-    commit = entity.run_batch(HANDLE, "@counter@k", False, None, numbered, T0, clock=lambda: next(ticks))
+    commit = entity.run_batch(
+        HANDLE, "@counter@k", False, None, numbered, T0, clock=lambda: next(ticks)
+    )
 
     stamps = [m["event"]["Timestamp"] for _, m in commit.responses]
     assert stamps == ["2024-01-01T00:00:07.000000Z"] * 2

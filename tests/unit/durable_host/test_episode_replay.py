@@ -16,7 +16,14 @@ from durable_host import history as h
 from durable_host.history import EventType as E
 from tests.unit.durable_host.driver import Driver, handle_of
 
-TS, TC, TF, TIMER, SUB, SENT = E.TASK_SCHEDULED, E.TASK_COMPLETED, E.TASK_FAILED, E.TIMER_CREATED, E.SUB_ORCHESTRATION_CREATED, E.EVENT_SENT
+TS, TC, TF, TIMER, SUB, SENT = (
+    E.TASK_SCHEDULED,
+    E.TASK_COMPLETED,
+    E.TASK_FAILED,
+    E.TIMER_CREATED,
+    E.SUB_ORCHESTRATION_CREATED,
+    E.EVENT_SENT,
+)
 
 
 def chain(context: df.DurableOrchestrationContext):
@@ -30,11 +37,24 @@ def test_first_episode_schedules_one_activity_with_the_extension_shapes():
 
     d.start("x")
 
-    assert [e["EventType"] for e in d.history] == [E.ORCHESTRATOR_STARTED, E.EXECUTION_STARTED, TS, E.ORCHESTRATOR_COMPLETED]
+    assert [e["EventType"] for e in d.history] == [
+        E.ORCHESTRATOR_STARTED,
+        E.EXECUTION_STARTED,
+        TS,
+        E.ORCHESTRATOR_COMPLETED,
+    ]
     scheduled = d.history[2]
     assert scheduled["EventId"] == 0 and scheduled["Name"] == "say"
     assert scheduled["Input"] == json.dumps(['"Tokyo"'])  # input wrapped in a one-element array
-    assert d.activities == [{"instance_id": "i1", "execution_id": "exec0", "task_id": 0, "name": "say", "input_json": '"Tokyo"'}]
+    assert d.activities == [
+        {
+            "instance_id": "i1",
+            "execution_id": "exec0",
+            "task_id": 0,
+            "name": "say",
+            "input_json": '"Tokyo"',
+        }
+    ]
     assert d.status == "Running"
 
 
@@ -114,7 +134,14 @@ def test_retry_takes_one_id_per_attempt_and_one_timer_id_per_failure():
     d.complete(4, "finally")
     d.complete(5, "done")
 
-    assert d.scheduled() == [(TS, 0, "flaky"), (TIMER, 1, None), (TS, 2, "flaky"), (TIMER, 3, None), (TS, 4, "flaky"), (TS, 5, "say")]
+    assert d.scheduled() == [
+        (TS, 0, "flaky"),
+        (TIMER, 1, None),
+        (TS, 2, "flaky"),
+        (TIMER, 3, None),
+        (TS, 4, "flaky"),
+        (TS, 5, "say"),
+    ]
     assert d.status == "Completed" and d.output == "done"
 
 
@@ -333,7 +360,11 @@ def long_sleep(context: df.DurableOrchestrationContext):
 def test_long_timers_are_split_as_with_azure_storage():
     d = Driver(handle_of(long_sleep))
     d.start()
-    fire_times = [h.parse_time(e["FireAt"]) - h.parse_time(d.now) for e in d.history if e["EventType"] == TIMER]
+    fire_times = [
+        h.parse_time(e["FireAt"]) - h.parse_time(d.now)
+        for e in d.history
+        if e["EventType"] == TIMER
+    ]
     assert fire_times == [timedelta(days=3)]
 
     for timer_id in range(3):
@@ -361,7 +392,13 @@ def test_sub_orchestrations_get_explicit_or_generated_ids_and_start_messages():
     parent = start.payload["event"]["ParentInstance"]
     assert parent["TaskScheduleId"] == 0 and parent["OrchestrationInstance"]["InstanceId"] == "i1"
 
-    d.deliver({"kind": "event", "event": h.sub_orchestration_completed(0, d.now, '"one"'), "execution_id": d.execution_id})
+    d.deliver(
+        {
+            "kind": "event",
+            "event": h.sub_orchestration_completed(0, d.now, '"one"'),
+            "execution_id": d.execution_id,
+        }
+    )
 
     assert d.history[-2]["InstanceId"] == f"{d.execution_id}:1"
 
@@ -411,9 +448,22 @@ def test_messages_for_a_suspended_instance_are_held_until_resume():
     d.deliver({"kind": "suspend", "reason": "pause"})
     assert d.status == "Suspended"
 
-    held = d.deliver({"kind": "event", "event": h.task_completed(0, d.now, '"a"'), "execution_id": d.execution_id})
+    held = d.deliver(
+        {
+            "kind": "event",
+            "event": h.task_completed(0, d.now, '"a"'),
+            "execution_id": d.execution_id,
+        }
+    )
     assert held.consumed == [] and d.status == "Suspended"
-    d.deliver({"kind": "resume", "reason": "go"}, {"kind": "event", "event": h.task_completed(0, d.now, '"a"'), "execution_id": d.execution_id})
+    d.deliver(
+        {"kind": "resume", "reason": "go"},
+        {
+            "kind": "event",
+            "event": h.task_completed(0, d.now, '"a"'),
+            "execution_id": d.execution_id,
+        },
+    )
 
     assert d.status == "Running" and d.scheduled()[-1] == (TS, 1, "say")
 
@@ -445,7 +495,11 @@ def test_event_arriving_between_executions_is_delivered_once_to_the_new_one():
 
     assert episode.consumed == [0, 1]
     assert d.status == "ContinuedAsNew"  # a new execution consumed "b" and continued again
-    assert json.loads(json.loads([m for m in d.messages if m.payload["kind"] == "start"][-1].payload["event"]["Input"])) == [json.dumps("a"), json.dumps("b")]  # JSON text: SDK quirk #295
+    assert json.loads(
+        json.loads(
+            [m for m in d.messages if m.payload["kind"] == "start"][-1].payload["event"]["Input"]
+        )
+    ) == [json.dumps("a"), json.dumps("b")]  # JSON text: SDK quirk #295
 
 
 def test_carried_events_stay_ahead_of_events_that_arrived_during_the_restart():

@@ -73,8 +73,13 @@ def test_the_process_plan_kills_the_process_at_the_nth_pass() -> None:
     env = {**os.environ, faults.PROCESS_FAULTS: "x@2"}
 
     done = subprocess.run(
-        [sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
-        timeout=30, check=False,
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
     )
 
     assert done.returncode == -signal.SIGKILL

@@ -45,7 +45,9 @@ def test_a_body_too_deep_for_the_parser_is_a_400_not_a_recursion_error() -> None
     assert refused.value.status == 400 and "deeper than 64" in refused.value.message
 
 
-@pytest.mark.parametrize("body", [b"NaN", b"[Infinity]", b'{"x": -Infinity}', b"1e999", b"[-1e400]"])
+@pytest.mark.parametrize(
+    "body", [b"NaN", b"[Infinity]", b'{"x": -Infinity}', b"1e999", b"[-1e400]"]
+)
 def test_non_finite_numbers_are_refused(body: bytes) -> None:
     with pytest.raises(ClientError) as refused:
         check_json(body, "request body", 64)
@@ -65,7 +67,9 @@ def test_invalid_utf8_and_lone_surrogate_escapes() -> None:
 
 
 def test_limits_from_the_environment() -> None:
-    limits = Limits.from_env({"DURABLE_HOST_MAX_INPUT_BYTES": "1024", "DURABLE_HOST_HEADER_TIMEOUT": "2.5"})
+    limits = Limits.from_env(
+        {"DURABLE_HOST_MAX_INPUT_BYTES": "1024", "DURABLE_HOST_HEADER_TIMEOUT": "2.5"}
+    )
 
     assert limits.max_input_bytes == 1024 and limits.header_timeout == 2.5
     assert limits.max_request_bytes == Limits().max_request_bytes

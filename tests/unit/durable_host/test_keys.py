@@ -76,7 +76,9 @@ def test_a_change_is_redone_over_a_change_made_in_between() -> None:
 
     def add_theirs(text: str) -> str:
         keys = k.KeySet.from_json(text)
-        return k.KeySet(keys.master, {**keys.host, "theirs": "T" * 40}, keys.system, keys.functions).to_json()
+        return k.KeySet(
+            keys.master, {**keys.host, "theirs": "T" * 40}, keys.system, keys.functions
+        ).to_json()
 
     store.meddle = add_theirs
     value, created = run(ring.put("host", "ours", None))

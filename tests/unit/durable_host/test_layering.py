@@ -28,7 +28,12 @@ APP_PACKAGES = ("kernel", "orchestrators", "activities", "entities", "api", "ada
 APP = (*APP_PACKAGES, "function_app")
 CORES = ("orchestration", "entity", "history", "shim", "replay", "wire", "rewind", "records")
 CORE_FORBIDDEN = (
-    "durable_host.store", "durable_host.http", "asyncio", "sqlite3", "aiohttp", "azure",
+    "durable_host.store",
+    "durable_host.http",
+    "asyncio",
+    "sqlite3",
+    "aiohttp",
+    "azure",
     "opentelemetry",
 )
 REPLAYED = ("orchestrators", "entities", "kernel")  # code that must never emit a span
@@ -41,7 +46,14 @@ STORE_MAY_IMPORT = (
     "durable_host.store",
 )
 KERNEL_FORBIDDEN = (
-    "azure", "aiohttp", "openai", "adapters", "activities", "sqlite3", "socket", "durable_host",
+    "azure",
+    "aiohttp",
+    "openai",
+    "adapters",
+    "activities",
+    "sqlite3",
+    "socket",
+    "durable_host",
 )
 
 
@@ -217,7 +229,9 @@ def test_the_keys_reach_no_http_and_no_store() -> None:
     closure = _closure(f"{HOST}.keys", modules)
 
     assert closure == {f"{HOST}.keys"}
-    assert [i for i in _imports(modules[f"{HOST}.keys"]) if _reaches(i, ("aiohttp", "azure", "sqlite3"))] == []
+    assert [
+        i for i in _imports(modules[f"{HOST}.keys"]) if _reaches(i, ("aiohttp", "azure", "sqlite3"))
+    ] == []
 
 
 def test_spans_are_never_made_by_replayed_code() -> None:

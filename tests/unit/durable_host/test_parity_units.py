@@ -32,7 +32,9 @@ T1 = "2026-01-01T00:00:01.000000Z"
 def test_history_view_merges_scheduling_into_outcomes_and_keeps_pending_steps():
     events = [
         h.orchestrator_started(T0),
-        h.execution_started(at=T0, name="orch", instance_id="i", execution_id="e", input_json='"x"', version="1"),
+        h.execution_started(
+            at=T0, name="orch", instance_id="i", execution_id="e", input_json='"x"', version="1"
+        ),
         h.task_scheduled(0, T0, "done_step", '"a"'),
         h.task_scheduled(1, T0, "pending_step", '"b"'),
         h.sub_orchestration_created(2, T0, "child", "kid", "null", None),
@@ -51,22 +53,45 @@ def test_history_view_merges_scheduling_into_outcomes_and_keeps_pending_steps():
     view = transform_history(events, with_output=True)
 
     assert [e["EventType"] for e in view] == [
-        "ExecutionStarted", "TaskScheduled", "TimerCreated", "EventSent", "TaskCompleted",
-        "SubOrchestrationInstanceCompleted", "TimerFired", "EventRaised", "GenericEvent", "ExecutionTerminated",
+        "ExecutionStarted",
+        "TaskScheduled",
+        "TimerCreated",
+        "EventSent",
+        "TaskCompleted",
+        "SubOrchestrationInstanceCompleted",
+        "TimerFired",
+        "EventRaised",
+        "GenericEvent",
+        "ExecutionTerminated",
     ]
     started, pending, timer, sent, done, child, fired, raised, generic, terminated = view
-    assert started["FunctionName"] == "orch" and not {"Name", "Input", "Version", "OrchestrationInstance"} & set(started)
+    assert started["FunctionName"] == "orch" and not {
+        "Name",
+        "Input",
+        "Version",
+        "OrchestrationInstance",
+    } & set(started)
     assert pending["Name"] == "pending_step" and "Input" not in pending and "Version" not in pending
     assert timer["FireAt"] == T1 and "EventId" not in timer
     assert sent["InstanceId"] == "@counter@k" and sent["Input"] == '{"id": "r1"}'
-    assert done == {"EventType": "TaskCompleted", "Timestamp": T1, "Result": {"v": 1}, "ScheduledTime": T0, "FunctionName": "done_step"}
+    assert done == {
+        "EventType": "TaskCompleted",
+        "Timestamp": T1,
+        "Result": {"v": 1},
+        "ScheduledTime": T0,
+        "FunctionName": "done_step",
+    }
     assert child["FunctionName"] == "child" and child["Result"] == "kid done"
     assert "TimerId" not in fired and "Input" not in raised and "Input" not in terminated
     assert generic["Data"] == "Rewound: TaskFailed 9"
 
 
 def test_history_view_hides_results_unless_asked():
-    events = [h.task_scheduled(0, T0, "a", "1"), h.task_completed(0, T1, "5"), h.execution_completed(T1, "Completed", "5")]
+    events = [
+        h.task_scheduled(0, T0, "a", "1"),
+        h.task_completed(0, T1, "5"),
+        h.execution_completed(T1, "Completed", "5"),
+    ]
 
     view = transform_history(events, with_output=False)
 
@@ -89,17 +114,39 @@ def test_a_poison_episode_fails_the_instance_without_running_its_code_and_tells_
         yield context.call_activity("a", 1)
 
     d = Driver(handle_of(orch))
-    parent = {"Name": "p", "Version": "", "TaskScheduleId": 3, "OrchestrationInstance": {"InstanceId": "p1", "ExecutionId": "pe"}}
-    start = h.execution_started(at=T0, name="orch", instance_id="i1", execution_id="", input_json=None, version="", parent=parent)
+    parent = {
+        "Name": "p",
+        "Version": "",
+        "TaskScheduleId": 3,
+        "OrchestrationInstance": {"InstanceId": "p1", "ExecutionId": "pe"},
+    }
+    start = h.execution_started(
+        at=T0,
+        name="orch",
+        instance_id="i1",
+        execution_id="",
+        input_json=None,
+        version="",
+        parent=parent,
+    )
     d.deliver({"kind": "start", "event": start})
     ran.clear()
     view = o.InstanceView(d.instance_id, d.status, d.execution_id, list(d.history), d.name)
-    message = {"kind": "event", "event": h.task_completed(0, T1, "1"), "execution_id": d.execution_id}
+    message = {
+        "kind": "event",
+        "event": h.task_completed(0, T1, "1"),
+        "execution_id": d.execution_id,
+    }
 
-    episode = o.run_episode(d.handle, view, [(7, message)], T1, "x", poison="quarantined as poison after 5 attempts")
+    episode = o.run_episode(
+        d.handle, view, [(7, message)], T1, "x", poison="quarantined as poison after 5 attempts"
+    )
 
     assert ran == [] and episode.status == "Failed" and episode.consumed == [7]
-    assert json.loads(episode.output_json) == "Orchestrator function 'orch' failed: quarantined as poison after 5 attempts"
+    assert (
+        json.loads(episode.output_json)
+        == "Orchestrator function 'orch' failed: quarantined as poison after 5 attempts"
+    )
     [note] = [m for m in episode.outbox if m.target == "p1"]
     assert note.payload["event"]["EventType"] == h.EventType.SUB_ORCHESTRATION_FAILED
 
@@ -111,16 +158,25 @@ def test_an_undecodable_message_fails_a_running_instance_and_is_dropped_for_a_fi
     episode = d.deliver({"kind": "undecodable", "error": "Expecting value", "text": "{bad"})
     later = d.deliver({"kind": "undecodable", "error": "again", "text": "??"})
 
-    assert d.status == "Failed" and "inbox message 0 could not be decoded (Expecting value)" in d.output
+    assert (
+        d.status == "Failed"
+        and "inbox message 0 could not be decoded (Expecting value)" in d.output
+    )
     assert episode.consumed == [0]
     assert later.consumed == [0] and later.events == [] and later.status is None
 
 
 def test_unreadable_history_fails_with_the_reason():
-    episode = o.unreadable_history_episode("orch", [3, 1], "history event 2 of instance 'i' could not be decoded (x)", T1)
+    episode = o.unreadable_history_episode(
+        "orch", [3, 1], "history event 2 of instance 'i' could not be decoded (x)", T1
+    )
 
     assert episode.status == "Failed" and episode.consumed == [1, 3]
-    assert [e["EventType"] for e in episode.events] == [h.EventType.ORCHESTRATOR_STARTED, h.EventType.EXECUTION_COMPLETED, h.EventType.ORCHESTRATOR_COMPLETED]
+    assert [e["EventType"] for e in episode.events] == [
+        h.EventType.ORCHESTRATOR_STARTED,
+        h.EventType.EXECUTION_COMPLETED,
+        h.EventType.ORCHESTRATOR_COMPLETED,
+    ]
     assert "quarantined: history event 2" in json.loads(episode.output_json)
 
 
@@ -128,16 +184,35 @@ def test_a_poison_entity_batch_fails_each_operation_and_keeps_the_state():
     def counter(context):
         raise AssertionError("the entity's code must not run")
 
-    ops = [(i, {"kind": "op", "request": {"id": f"r{i}", "op": "add", "input": "1", "parent": "caller", "parentExecution": "e"}}) for i in range(2)]
+    ops = [
+        (
+            i,
+            {
+                "kind": "op",
+                "request": {
+                    "id": f"r{i}",
+                    "op": "add",
+                    "input": "1",
+                    "parent": "caller",
+                    "parentExecution": "e",
+                },
+            },
+        )
+        for i in range(2)
+    ]
     ops.append((2, {"kind": "undecodable", "error": "bad", "text": "x"}))
 
-    commit = entity.run_batch(df.Entity.create(counter), "@counter@k", True, "41", ops, T0, poison="quarantined as poison")
+    commit = entity.run_batch(
+        df.Entity.create(counter), "@counter@k", True, "41", ops, T0, poison="quarantined as poison"
+    )
 
     assert commit.state_json == "41" and commit.exists and commit.consumed == [0, 1, 2]
     assert len(commit.responses) == 2
     for _, message in commit.responses:
         response = json.loads(message["event"]["Input"])
-        assert response["exceptionType"] == "Error" and "quarantined as poison" in json.loads(response["result"])
+        assert response["exceptionType"] == "Error" and "quarantined as poison" in json.loads(
+            response["result"]
+        )
 
 
 # --- the SQLite store's poison support ----------------------------------------------------------
@@ -156,7 +231,9 @@ def store_test(tmp_path: Path, body) -> None:
 
 
 def record(instance_id: str) -> InstanceRecord:
-    return InstanceRecord(instance_id=instance_id, name="orch", status="Pending", created_at=T0, updated_at=T0)
+    return InstanceRecord(
+        instance_id=instance_id, name="orch", status="Pending", created_at=T0, updated_at=T0
+    )
 
 
 def test_attempts_count_up_until_a_commit_resets_them(tmp_path):
@@ -171,7 +248,9 @@ def test_attempts_count_up_until_a_commit_resets_them(tmp_path):
 
 def test_undecodable_rows_come_back_as_undecodable_messages_and_bad_history_raises(tmp_path):
     async def body(store: SqliteStore) -> None:
-        await store.create_instance(record("a"), {"kind": "start", "event": {"Name": "orch"}}, ("Completed",))
+        await store.create_instance(
+            record("a"), {"kind": "start", "event": {"Name": "orch"}}, ("Completed",)
+        )
         await store.commit_episode("a", o.Episode(events=[h.orchestrator_started(T0)]), T0)
 
         def corrupt(db) -> None:
@@ -192,13 +271,19 @@ def test_undecodable_rows_come_back_as_undecodable_messages_and_bad_history_rais
 
 def test_send_with_a_status_and_a_rewritten_history(tmp_path):
     async def body(store: SqliteStore) -> None:
-        await store.create_instance(record("a"), {"kind": "start", "event": {"Name": "orch"}}, ("Completed",))
-        failed = o.Episode(events=[h.orchestrator_started(T0)] * 3, status="Failed", output_json='"boom"')
+        await store.create_instance(
+            record("a"), {"kind": "start", "event": {"Name": "orch"}}, ("Completed",)
+        )
+        failed = o.Episode(
+            events=[h.orchestrator_started(T0)] * 3, status="Failed", output_json='"boom"'
+        )
         await store.commit_episode("a", failed, T0)
         await store.send("a", {"kind": "rewind"}, T1, status="Pending")
         assert (await store.get_instance("a")).status == "Pending"
 
-        rewound = o.Episode(events=[h.generic_event(T1, "x")], status="Running", rewrite_history=True)
+        rewound = o.Episode(
+            events=[h.generic_event(T1, "x")], status="Running", rewrite_history=True
+        )
         await store.commit_episode("a", rewound, T1)
 
         after = await store.get_instance("a")
@@ -210,7 +295,11 @@ def test_send_with_a_status_and_a_rewritten_history(tmp_path):
 
 def test_a_released_activity_does_not_count_as_a_run(tmp_path):
     async def body(store: SqliteStore) -> None:
-        activity = o.Outgoing("activity", "a", {"instance_id": "a", "execution_id": "e", "task_id": 0, "name": "x", "input_json": "1"})
+        activity = o.Outgoing(
+            "activity",
+            "a",
+            {"instance_id": "a", "execution_id": "e", "task_id": 0, "name": "x", "input_json": "1"},
+        )
         [work] = await store.commit_episode("a", o.Episode(outbox=[activity]), T0)
         assert work.dequeue_count == 1  # handed to the committing engine at creation
         await store.release_activity(work.work_id)

@@ -33,7 +33,9 @@ SEEN: list[Any] = []  # what orchestrator code observed, in order
 
 
 def observe(context: df.DurableOrchestrationContext, label: str) -> None:
-    SEEN.append((label, context.is_replaying, context.current_utc_datetime.isoformat(), context.new_uuid()))
+    SEEN.append(
+        (label, context.is_replaying, context.current_utc_datetime.isoformat(), context.new_uuid())
+    )
 
 
 def chain(context):
@@ -192,12 +194,24 @@ def run_racing(d: Driver) -> None:
 def run_child(d: Driver) -> None:
     d.start()
     tick(d)
-    d.deliver({"kind": "event", "event": h.sub_orchestration_completed(0, d.now, '{"ok":1}'), "execution_id": d.execution_id})
+    d.deliver(
+        {
+            "kind": "event",
+            "event": h.sub_orchestration_completed(0, d.now, '{"ok":1}'),
+            "execution_id": d.execution_id,
+        }
+    )
 
 
 def run_entity(d: Driver) -> None:
     d.start()
-    call = json.loads(next(e for e in d.history if e["EventType"] == h.EventType.EVENT_SENT and "parent" in e["Input"])["Input"])
+    call = json.loads(
+        next(
+            e
+            for e in d.history
+            if e["EventType"] == h.EventType.EVENT_SENT and "parent" in e["Input"]
+        )["Input"]
+    )
     tick(d)
     response = json.dumps({"result": json.dumps(7)})
     d.deliver({"kind": "event", "event": h.event_raised(d.now, call["id"], response)})
@@ -243,7 +257,11 @@ def run_progress(d: Driver) -> None:
     d.complete(0, None)
     tick(d)
     d.deliver({"kind": "suspend", "reason": "pause"})
-    result = {"kind": "event", "event": h.task_completed(1, d.now, "null"), "execution_id": d.execution_id}
+    result = {
+        "kind": "event",
+        "event": h.task_completed(1, d.now, "null"),
+        "execution_id": d.execution_id,
+    }
     assert d.deliver(result).consumed == []  # held while suspended: the inbox keeps it
     tick(d)
     d.deliver({"kind": "resume", "reason": "go"}, result)
@@ -287,7 +305,9 @@ def fast_replay(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]
     """Switch fast replay (and a session) on or off for ``run_episode`` and the SDK's parser."""
 
     def switch(on: bool, session: Session | None = None, text: bool = False) -> None:
-        original = o.run_episode.__wrapped__ if hasattr(o.run_episode, "__wrapped__") else o.run_episode
+        original = (
+            o.run_episode.__wrapped__ if hasattr(o.run_episode, "__wrapped__") else o.run_episode
+        )
         kept: list[replay.HistoryText] = []
 
         def run(*args: Any, **kwargs: Any) -> o.Episode:
@@ -297,7 +317,7 @@ def fast_replay(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]
                 history = args[1].history
                 if not kept or kept[0].covers > len(history):
                     kept[:] = [replay.HistoryText()]
-                kept[0].extend(history[kept[0].covers:])
+                kept[0].extend(history[kept[0].covers :])
                 extra["history_text"] = kept[0]
             return original(*args, **{**kwargs, "compact": on, "session": session, **extra})
 
@@ -356,7 +376,9 @@ def play(name: str, mode: str, switch: Callable[..., None]) -> dict[str, Any]:
         "raw": [request for request, _ in calls],
         "requests": [json.loads(request)["history"] for request, _ in calls],
         "seen": list(SEEN),
-        "episodes": [(e.events, e.outbox, e.status, e.output_json, e.custom_status_json) for e in episodes],
+        "episodes": [
+            (e.events, e.outbox, e.status, e.output_json, e.custom_status_json) for e in episodes
+        ],
         "history": d.history,
         "status": d.status,
         "output": d.output,
@@ -407,7 +429,9 @@ def test_history_text_is_the_json_of_the_events_the_sdk_reads():
         assert f"[{kept.text()}]" == json.dumps(replay.sdk_history(events[:count]))
     assert f"[{kept.text(events[:2])}]" == json.dumps(replay.sdk_history(events + events[:2]))
     request = o.wire.encode_orchestration_request_text("i", kept.text(), '{"a": 1}', "p")
-    assert request == o.wire.encode_orchestration_request("i", replay.sdk_history(events), '{"a": 1}', "p")
+    assert request == o.wire.encode_orchestration_request(
+        "i", replay.sdk_history(events), '{"a": 1}', "p"
+    )
 
 
 def test_an_orchestrator_that_relies_on_re_running_is_replayed_in_full(fast_replay):
@@ -471,14 +495,22 @@ def test_the_fast_replay_hands_the_sdk_fewer_events(fast_replay):
     last_plain, last_fast = plain["requests"][-1], fast["requests"][-1]
     assert len(last_fast) < len(last_plain) * 0.6
     kinds = {e["EventType"] for e in last_fast}
-    assert kinds <= {h.EventType.ORCHESTRATOR_STARTED, h.EventType.EXECUTION_STARTED, h.EventType.TASK_COMPLETED}
+    assert kinds <= {
+        h.EventType.ORCHESTRATOR_STARTED,
+        h.EventType.EXECUTION_STARTED,
+        h.EventType.TASK_COMPLETED,
+    }
     assert last_fast[0]["EventType"] == h.EventType.ORCHESTRATOR_STARTED
     assert last_fast[1]["EventType"] == h.EventType.EXECUTION_STARTED
 
 
 def test_signal_event_sent_is_dropped_but_a_call_is_kept():
-    signal = h.event_sent(0, "t", "@counter@k", "add", json.dumps({"op": "add", "id": "a", "signal": True}))
-    call = h.event_sent(1, "t", "@counter@k", "get", json.dumps({"op": "get", "id": "b", "parent": "i1"}))
+    signal = h.event_sent(
+        0, "t", "@counter@k", "add", json.dumps({"op": "add", "id": "a", "signal": True})
+    )
+    call = h.event_sent(
+        1, "t", "@counter@k", "get", json.dumps({"op": "get", "id": "b", "parent": "i1"})
+    )
 
     assert replay.sdk_history([signal, call]) == [call]
 
@@ -487,7 +519,9 @@ def canonical_times(count: int) -> Iterator[str]:
     rng = random.Random(7)
     start = datetime(1971, 1, 1, tzinfo=UTC)
     for _ in range(count):
-        moment = start + timedelta(seconds=rng.randrange(0, 2_000_000_000), microseconds=rng.randrange(0, 1_000_000))
+        moment = start + timedelta(
+            seconds=rng.randrange(0, 2_000_000_000), microseconds=rng.randrange(0, 1_000_000)
+        )
         yield h.format_time(moment)
 
 
@@ -495,7 +529,11 @@ def test_fast_timestamps_equal_dateutil_values_and_zone_kind():
     assert replay.install(True)
     try:
         tzinfo = dateutil_parse("2000-01-01T00:00:00.000000Z").tzinfo
-        for text in [*canonical_times(2000), "2024-02-29T23:59:59.999999Z", "2024-01-01T00:00:00.000000Z"]:
+        for text in [
+            *canonical_times(2000),
+            "2024-02-29T23:59:59.999999Z",
+            "2024-01-01T00:00:00.000000Z",
+        ]:
             fast = replay.fast_timestamp(text, dateutil_parse, tzinfo)
             slow = dateutil_parse(text)
             assert fast == slow and fast.utcoffset() == slow.utcoffset()
@@ -504,7 +542,15 @@ def test_fast_timestamps_equal_dateutil_values_and_zone_kind():
         replay.install(False)
 
 
-@pytest.mark.parametrize("text", ["2024-01-01T00:00:05.1234567Z", "2024-01-01T00:00:05Z", "2024-01-01T00:00:05.12+02:00", "Jan 1 2024"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2024-01-01T00:00:05.1234567Z",
+        "2024-01-01T00:00:05Z",
+        "2024-01-01T00:00:05.12+02:00",
+        "Jan 1 2024",
+    ],
+)
 def test_other_timestamp_forms_still_go_to_dateutil(text):
     calls = []
 

@@ -52,7 +52,12 @@ def test_a_failed_activity_runs_again_under_its_id_and_the_instance_completes():
 
     assert episode.rewrite_history and d.status == "Running" and episode.output_json is None
     rewound = [e["Data"] for e in d.history if e["EventType"] == E.GENERIC]
-    assert rewound == ["Rewound: TaskScheduled 1", "Rewound: TaskFailed 1", "Rewound: ExecutionCompleted", "Rewind: fixed it"]
+    assert rewound == [
+        "Rewound: TaskScheduled 1",
+        "Rewound: TaskFailed 1",
+        "Rewound: ExecutionCompleted",
+        "Rewind: fixed it",
+    ]
     assert d.activities[-1]["task_id"] == 1 and d.activities[-1]["name"] == "flaky"
     assert [e["EventId"] for e in d.history if e["EventType"] == E.TASK_SCHEDULED] == [0, 1]
     d.complete(1, "B")
@@ -77,7 +82,11 @@ def test_a_retry_that_ran_out_starts_over_with_its_full_budget():
 
     d.deliver(REWIND)
 
-    live = [(e["EventType"], e.get("EventId")) for e in d.history if e["EventType"] in h.SCHEDULING_TYPES]
+    live = [
+        (e["EventType"], e.get("EventId"))
+        for e in d.history
+        if e["EventType"] in h.SCHEDULING_TYPES
+    ]
     assert live == [(E.TASK_SCHEDULED, 0)]  # attempts and retry timers all rewound
     d.fail(0, "again", "flaky")  # the budget is whole again: a retry timer, not a failure
     assert d.status == "Running"
@@ -94,7 +103,9 @@ def with_child(context: df.DurableOrchestrationContext):
 def test_a_failed_child_is_rewound_where_it_is_and_the_parent_keeps_its_creation():
     d = Driver(handle_of(with_child), name="parent")
     d.start()
-    failure = h.sub_orchestration_failed(0, d.now, "Orchestrator function 'child' failed: x", "details")
+    failure = h.sub_orchestration_failed(
+        0, d.now, "Orchestrator function 'child' failed: x", "details"
+    )
     d.deliver({"kind": "event", "event": failure, "execution_id": d.execution_id})
     assert d.status == "Failed"
 
@@ -105,7 +116,13 @@ def test_a_failed_child_is_rewound_where_it_is_and_the_parent_keeps_its_creation
     message = d.messages[-1]
     assert message.target == "kid" and message.payload["kind"] == "rewind"
     assert message.payload["start"]["ParentInstance"]["TaskScheduleId"] == 0
-    d.deliver({"kind": "event", "event": h.sub_orchestration_completed(0, d.now, '"ok"'), "execution_id": d.execution_id})
+    d.deliver(
+        {
+            "kind": "event",
+            "event": h.sub_orchestration_completed(0, d.now, '"ok"'),
+            "execution_id": d.execution_id,
+        }
+    )
     assert d.status == "Completed" and d.output == "ok"
 
 
@@ -125,7 +142,9 @@ def test_a_child_that_did_not_fail_starts_again_when_its_parent_is_rewound():
 
 
 def races_then_raises(context: df.DurableOrchestrationContext):
-    winner = yield context.task_any([context.call_activity("flaky", 1), context.call_activity("slow", 2)])
+    winner = yield context.task_any(
+        [context.call_activity("flaky", 1), context.call_activity("slow", 2)]
+    )
     if winner.result is None:
         raise ValueError("the race was lost")
     return winner.result

@@ -16,12 +16,30 @@ def fn(name: str, kind: str, *bindings: dict) -> FunctionInfo:
     return FunctionInfo(name, kind, lambda: None, tuple(bindings))
 
 
-HTTP = fn("hello", "http", {"type": "httpTrigger", "direction": "IN", "name": "req", "route": "hi/{n}",
-                           "methods": ["get"]}, {"type": "http", "direction": "OUT", "name": "$return"})
-CLIENT = fn("starter", "http", {"type": "httpTrigger", "direction": "IN", "name": "req"},
-            {"type": "durableClient", "direction": "IN", "name": "client"})
-BLOB = fn("archive", "http", {"type": "httpTrigger", "direction": "IN", "name": "req"},
-          {"type": "blob", "direction": "OUT", "name": "out"})
+HTTP = fn(
+    "hello",
+    "http",
+    {
+        "type": "httpTrigger",
+        "direction": "IN",
+        "name": "req",
+        "route": "hi/{n}",
+        "methods": ["get"],
+    },
+    {"type": "http", "direction": "OUT", "name": "$return"},
+)
+CLIENT = fn(
+    "starter",
+    "http",
+    {"type": "httpTrigger", "direction": "IN", "name": "req"},
+    {"type": "durableClient", "direction": "IN", "name": "client"},
+)
+BLOB = fn(
+    "archive",
+    "http",
+    {"type": "httpTrigger", "direction": "IN", "name": "req"},
+    {"type": "blob", "direction": "OUT", "name": "out"},
+)
 QUEUE = fn("drain", "other", {"type": "queueTrigger", "direction": "IN", "name": "m"})
 ORCH = fn("flow", "orchestrator", {"type": "orchestrationTrigger", "direction": "IN", "name": "c"})
 
@@ -39,7 +57,9 @@ def index(*infos: FunctionInfo) -> AppIndex:
 
 
 def test_a_served_function_with_an_unsupported_binding_stops_the_start() -> None:
-    with pytest.raises(startup_report.SelectionError, match="function 'archive'.*blob \\(out binding 'out'\\)"):
+    with pytest.raises(
+        startup_report.SelectionError, match="function 'archive'.*blob \\(out binding 'out'\\)"
+    ):
         startup_report.select(index(HTTP, BLOB), None)
 
 
@@ -61,17 +81,26 @@ def test_the_listing_names_methods_urls_and_what_is_not_run() -> None:
     lines = startup_report.function_lines(index(HTTP, ORCH, QUEUE), "http://h:1", "api")
 
     assert "  hello: [GET] http://h:1/api/hi/{n}" in lines
-    assert any(line.startswith("  flow: orchestrationTrigger (start: [POST] http://h:1/runtime/") for line in lines)
+    assert any(
+        line.startswith("  flow: orchestrationTrigger (start: [POST] http://h:1/runtime/")
+        for line in lines
+    )
     assert lines[-1].startswith("not run: function 'drain': trigger queueTrigger")
 
 
 def test_the_host_section_of_local_settings() -> None:
     path = Path("local.settings.json")
-    parsed = local_settings.parse(path, {"LocalHttpPort": "7072", "CORS": "http://a, http://b/", "CORSCredentials": "true"})
+    parsed = local_settings.parse(
+        path, {"LocalHttpPort": "7072", "CORS": "http://a, http://b/", "CORSCredentials": "true"}
+    )
 
     assert parsed == local_settings.LocalHost(7072, ("http://a", "http://b"), True)
     assert local_settings.parse(path, None) == local_settings.LocalHost()
-    for bad, field in [({"LocalHttpPort": 70000}, "LocalHttpPort"), ({"CORS": 5}, "CORS"),
-                       ({"CORSCredentials": "maybe"}, "CORSCredentials"), ([], "Host")]:
+    for bad, field in [
+        ({"LocalHttpPort": 70000}, "LocalHttpPort"),
+        ({"CORS": 5}, "CORS"),
+        ({"CORSCredentials": "maybe"}, "CORSCredentials"),
+        ([], "Host"),
+    ]:
         with pytest.raises(ConfigError, match=field):
             local_settings.parse(path, bad)

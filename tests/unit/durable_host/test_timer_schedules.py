@@ -34,7 +34,11 @@ def nxt(expression: str, after: datetime, zone: str | None = None) -> datetime |
         ("0 0 0 13 * 5", T0, datetime(2026, 2, 13, tzinfo=UTC)),  # day AND weekday (Friday 13th)
         ("0 0 0 29 2 *", T0, datetime(2028, 2, 29, tzinfo=UTC)),
         ("5,10-12 0 0 * * *", T0 + timedelta(seconds=6), T0 + timedelta(seconds=10)),
-        ("0 0 0 31 12 *", datetime(2026, 12, 31, 0, 0, 1, tzinfo=UTC), datetime(2027, 12, 31, tzinfo=UTC)),
+        (
+            "0 0 0 31 12 *",
+            datetime(2026, 12, 31, 0, 0, 1, tzinfo=UTC),
+            datetime(2027, 12, 31, tzinfo=UTC),
+        ),
     ],
 )
 def test_next_occurrence(expression: str, after: datetime, expected: datetime) -> None:
@@ -146,7 +150,9 @@ def test_two_hosts_on_one_store_run_each_occurrence_once(tmp_path: Path) -> None
     async def main() -> None:
         store = SqliteStore(tmp_path / "hub.db")
         await store.open()
-        runners = [timer_triggers.TimerTriggers(specs, store, lambda: "{}", str(tmp_path)) for _ in "ab"]
+        runners = [
+            timer_triggers.TimerTriggers(specs, store, lambda: "{}", str(tmp_path)) for _ in "ab"
+        ]
         for runner in runners:
             runner.start()
         try:

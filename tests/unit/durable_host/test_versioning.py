@@ -51,7 +51,9 @@ def test_settings_come_from_host_json_and_app_settings_override_them(tmp_path):
     assert overridden.match == MatchStrategy.STRICT
     assert unversioned.match == MatchStrategy.NONE  # no defaultVersion, no strategy: no checks
     with pytest.raises(ConfigError, match="versionMatchStrategy 'Newest'"):
-        parse_host_json(tmp_path, {"extensions": {"durableTask": {"versionMatchStrategy": "Newest"}}})
+        parse_host_json(
+            tmp_path, {"extensions": {"durableTask": {"versionMatchStrategy": "Newest"}}}
+        )
 
 
 def _start(version: str) -> dict:
@@ -110,7 +112,13 @@ def _parent_history(version: str) -> list[dict]:
 
 
 def _child_action(version: str | None) -> dict:
-    return {"actionType": 2, "functionName": "child", "input": None, "instanceId": "c", "version": version}
+    return {
+        "actionType": 2,
+        "functionName": "child",
+        "input": None,
+        "instanceId": "c",
+        "version": version,
+    }
 
 
 @pytest.mark.parametrize(("given", "expected"), [(None, "2.0"), ("0.9", "0.9"), ("", "")])

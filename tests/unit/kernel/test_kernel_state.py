@@ -77,7 +77,13 @@ def test_upgrade_v1_to_v4_adds_an_empty_change_log_without_touching_the_input() 
 
     assert old == before
     # v1 -> v2 starts the log empty, so it holds nothing before the next cursor.
-    assert new == before | {"schema_version": 4, "changes": [], "changes_from": 2} | V3_ADDITIONS | V4_ADDITIONS
+    assert (
+        new
+        == before
+        | {"schema_version": 4, "changes": [], "changes_from": 2}
+        | V3_ADDITIONS
+        | V4_ADDITIONS
+    )
 
 
 def test_upgrade_v2_to_v4_keeps_the_log_and_starts_an_empty_page_directory() -> None:

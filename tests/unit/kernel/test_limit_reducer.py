@@ -11,7 +11,13 @@ from kernel.errors import ValidationError
 
 
 def ask(state: dict[str, Any], holder: str, now: float, first: bool = True, **decl: Any):
-    request = {"holder": holder, "instance_id": holder, "event": f"e:{holder}", "first": first, **decl}
+    request = {
+        "holder": holder,
+        "instance_id": holder,
+        "event": f"e:{holder}",
+        "first": first,
+        **decl,
+    }
     return limits.apply(state, "acquire", request, now)
 
 

@@ -54,7 +54,8 @@ def test_control_pauses_resumes_and_deletes() -> None:
 
 
 @pytest.mark.parametrize(
-    "expression", ["*/7 * * * * *", "0 30 9 * * Mon-Fri", "0 0 0 29 2 *", "0 15 2 * * *", "01:30:00"]
+    "expression",
+    ["*/7 * * * * *", "0 30 9 * * Mon-Fri", "0 0 0 29 2 *", "0 15 2 * * *", "01:30:00"],
 )
 def test_the_kernel_cron_agrees_with_the_host(expression: str) -> None:
     """The app cannot import its host, so it has its own copy: the two must not drift."""

@@ -270,17 +270,36 @@ def test_usage_is_a_word_based_estimate() -> None:
 def test_partly_failed_notices_still_list_every_recipient():
     from kernel import planner
 
-    user = {"n": 1, "role": "user", "kind": "message", "text": "send the approved notice to a@x.com, b@x.com"}
+    user = {
+        "n": 1,
+        "role": "user",
+        "kind": "message",
+        "text": "send the approved notice to a@x.com, b@x.com",
+    }
     call = planner.plan([user]).tool_calls[0]
     result = {
-        "ok": False, "kind": "settled", "message": "1 of 2 confirmed; 1 rejected",
-        "results": [{"recipient": "a@x.com", "outcome": "confirmed"},
-                    {"recipient": "b@x.com", "outcome": "rejected", "detail": "recipient_rejected"}],
+        "ok": False,
+        "kind": "settled",
+        "message": "1 of 2 confirmed; 1 rejected",
+        "results": [
+            {"recipient": "a@x.com", "outcome": "confirmed"},
+            {"recipient": "b@x.com", "outcome": "rejected", "detail": "recipient_rejected"},
+        ],
     }
-    tool = {"n": 3, "role": "tool", "kind": "message", "text": None,
-            "data": {"tool_call_id": call.id, "result": result}}
-    assistant = {"n": 2, "role": "assistant", "kind": "message", "text": None,
-                 "data": {"tool_calls": [call.to_dict()]}}
+    tool = {
+        "n": 3,
+        "role": "tool",
+        "kind": "message",
+        "text": None,
+        "data": {"tool_call_id": call.id, "result": result},
+    }
+    assistant = {
+        "n": 2,
+        "role": "assistant",
+        "kind": "message",
+        "text": None,
+        "data": {"tool_calls": [call.to_dict()]},
+    }
 
     answer = planner.plan([user, assistant, tool]).content
 

@@ -14,9 +14,13 @@ from kernel.errors import ValidationError
 
 def notices(**changes: Any) -> dict[str, Any]:
     job: dict[str, Any] = {
-        "session_id": "s-1", "submission_id": "sub-1", "tool_task_id": "sub-1:tool:1:0",
-        "recipients": ["ana@example.com", "bo@example.com"], "subject": "Q3 update",
-        "body": "The plan changes on May 1.", "policy": "allSettled",
+        "session_id": "s-1",
+        "submission_id": "sub-1",
+        "tool_task_id": "sub-1:tool:1:0",
+        "recipients": ["ana@example.com", "bo@example.com"],
+        "subject": "Q3 update",
+        "body": "The plan changes on May 1.",
+        "policy": "allSettled",
     }
     job.update(changes)
     return {k: v for k, v in job.items() if v is not None}
@@ -30,9 +34,13 @@ def rejection(data: object, kind: str = "send_notices") -> tuple[str, str | None
 
 def test_registry_names_kind_and_version_of_every_task_kind() -> None:
     assert {k: (t.kind, t.version) for k, t in tt.TASK_TYPES.items()} == {
-        "turn": ("turn", "1"), "round": ("round", "1"), "model_call": ("model_call", "1"),
-        "tool": ("tool", "1"), "send_notices": ("send_notices", "1"),
-        "send_notice": ("send_notice", "1")}
+        "turn": ("turn", "1"),
+        "round": ("round", "1"),
+        "model_call": ("model_call", "1"),
+        "tool": ("tool", "1"),
+        "send_notices": ("send_notices", "1"),
+        "send_notice": ("send_notice", "1"),
+    }
     with pytest.raises(ValidationError) as caught:
         tt.task_type("send_pigeons")
     assert caught.value.code == "unknown_task_kind"
@@ -48,7 +56,12 @@ def test_an_instance_follows_the_kind_version_of_its_app_version() -> None:
     kind = tt.TaskType("round", "3", since=(("1", ""), ("2", "2.0"), ("3", "10.0")))
 
     assert [kind.version_for(v) for v in ("", "1.0", "2.0", "9.5", "10.0")] == [
-        "1", "1", "2", "2", "3"]
+        "1",
+        "1",
+        "2",
+        "2",
+        "3",
+    ]
     assert kind.follows("2.1", "2") and not kind.follows("1.9", "2")
 
 
@@ -60,28 +73,43 @@ def test_a_valid_input_parses_with_default_settings() -> None:
     assert job.body_ref is None
 
 
-@pytest.mark.parametrize(("changes", "code", "field"), [
-    ({"recipients": []}, "no_recipients", "recipients"),
-    ({"recipients": [f"u{i}@example.com" for i in range(51)]}, "too_many_recipients", "recipients"),
-    ({"recipients": ["ana@example.com", "not an address"]}, "invalid_recipient", "recipients[1]"),
-    ({"recipients": ["ana@example"]}, "invalid_recipient", "recipients[0]"),
-    ({"recipients": ["ana@example.com", "x@y.org", "ANA@Example.com"]},
-     "duplicate_recipient", "recipients[2]"),
-    ({"recipients": ["ana@example.com", 7]}, "invalid_input", "recipients[1]"),
-    ({"body": None}, "missing_body", "body"),
-    ({"body_ref": "sha256:" + "0" * 64}, "ambiguous_body", "body_ref"),
-    ({"body": "   "}, "empty_body", "body"),
-    ({"body": None, "body_ref": "no spaces allowed"}, "invalid_input", "body_ref"),
-    ({"subject": "two\nlines"}, "invalid_subject", "subject"),
-    ({"subject": ""}, "invalid_input", "subject"),
-    ({"policy": "whenever"}, "invalid_input", "policy"),
-    ({"session_id": "bad id"}, "invalid_session_id", "session_id"),
-    ({"surprise": 1}, "invalid_input", "surprise"),
-    ({"settings": {"max_parallel": 0}}, "invalid_input", "settings.max_parallel"),
-    ({"settings": {"confirm_attempts": 21}}, "invalid_input", "settings.confirm_attempts"),
-])
-def test_bad_input_is_refused_with_a_code_and_the_field(changes: dict[str, Any], code: str,
-                                                        field: str) -> None:
+@pytest.mark.parametrize(
+    ("changes", "code", "field"),
+    [
+        ({"recipients": []}, "no_recipients", "recipients"),
+        (
+            {"recipients": [f"u{i}@example.com" for i in range(51)]},
+            "too_many_recipients",
+            "recipients",
+        ),
+        (
+            {"recipients": ["ana@example.com", "not an address"]},
+            "invalid_recipient",
+            "recipients[1]",
+        ),
+        ({"recipients": ["ana@example"]}, "invalid_recipient", "recipients[0]"),
+        (
+            {"recipients": ["ana@example.com", "x@y.org", "ANA@Example.com"]},
+            "duplicate_recipient",
+            "recipients[2]",
+        ),
+        ({"recipients": ["ana@example.com", 7]}, "invalid_input", "recipients[1]"),
+        ({"body": None}, "missing_body", "body"),
+        ({"body_ref": "sha256:" + "0" * 64}, "ambiguous_body", "body_ref"),
+        ({"body": "   "}, "empty_body", "body"),
+        ({"body": None, "body_ref": "no spaces allowed"}, "invalid_input", "body_ref"),
+        ({"subject": "two\nlines"}, "invalid_subject", "subject"),
+        ({"subject": ""}, "invalid_input", "subject"),
+        ({"policy": "whenever"}, "invalid_input", "policy"),
+        ({"session_id": "bad id"}, "invalid_session_id", "session_id"),
+        ({"surprise": 1}, "invalid_input", "surprise"),
+        ({"settings": {"max_parallel": 0}}, "invalid_input", "settings.max_parallel"),
+        ({"settings": {"confirm_attempts": 21}}, "invalid_input", "settings.confirm_attempts"),
+    ],
+)
+def test_bad_input_is_refused_with_a_code_and_the_field(
+    changes: dict[str, Any], code: str, field: str
+) -> None:
     assert rejection(notices(**changes)) == (code, field)
 
 
@@ -91,8 +119,12 @@ def test_input_that_is_not_an_object_is_refused() -> None:
 
 def test_recipients_the_registry_accepts_are_a_valid_plan() -> None:
     job = tt.parse_input("send_notices", notices(recipients=["a@example.com", "B@example.com"]))
-    plan = {"recipients": job.recipients, "subject": job.subject,
-            "body_ref": "sha256:" + "a" * 64, "policy": job.policy}
+    plan = {
+        "recipients": job.recipients,
+        "subject": job.subject,
+        "body_ref": "sha256:" + "a" * 64,
+        "policy": job.policy,
+    }
 
     assert validate_document("notice_plan", plan)["recipients"] == job.recipients
 
@@ -118,9 +150,11 @@ def test_operation_ids_are_stable_and_bound_to_parent_recipient_and_body() -> No
 
     assert first == tt.notice_operation_id("p:notices", "ana@example.com", body)
     assert first.startswith("notice-") and len(first) <= 200
-    others = {tt.notice_operation_id("q:notices", "ana@example.com", body),
-              tt.notice_operation_id("p:notices", "bo@example.com", body),
-              tt.notice_operation_id("p:notices", "ana@example.com", "sha256:" + "c" * 64)}
+    others = {
+        tt.notice_operation_id("q:notices", "ana@example.com", body),
+        tt.notice_operation_id("p:notices", "bo@example.com", body),
+        tt.notice_operation_id("p:notices", "ana@example.com", "sha256:" + "c" * 64),
+    }
     assert first not in others and len(others) == 3
 
 
@@ -145,20 +179,25 @@ def outcomes(*names: str) -> list[dict[str, str]]:
 
 def test_summary_counts_confirmed_first_and_names_why_a_run_stopped() -> None:
     assert tt.summarize(outcomes("confirmed") * 1) == "1 of 1 confirmed"
-    assert tt.summarize(outcomes("confirmed", "rejected", "cancelled", "cancelled"),
-                        "failFast: u1@example.com rejected") == (
-        "1 of 4 confirmed; 1 rejected, 2 cancelled (failFast: u1@example.com rejected)")
+    assert tt.summarize(
+        outcomes("confirmed", "rejected", "cancelled", "cancelled"),
+        "failFast: u1@example.com rejected",
+    ) == ("1 of 4 confirmed; 1 rejected, 2 cancelled (failFast: u1@example.com rejected)")
 
 
-@pytest.mark.parametrize(("names", "cancelled", "status"), [
-    (("confirmed", "confirmed"), False, "completed"),
-    (("confirmed", "rejected"), False, "failed"),
-    (("confirmed", "uncertain", "rejected"), False, "interrupted"),
-    (("confirmed", "cancelled"), True, "cancelled"),
-    (("uncertain",), True, "cancelled"),
-])
+@pytest.mark.parametrize(
+    ("names", "cancelled", "status"),
+    [
+        (("confirmed", "confirmed"), False, "completed"),
+        (("confirmed", "rejected"), False, "failed"),
+        (("confirmed", "uncertain", "rejected"), False, "interrupted"),
+        (("confirmed", "cancelled"), True, "cancelled"),
+        (("uncertain",), True, "cancelled"),
+    ],
+)
 def test_final_status_lets_a_cancel_request_win_then_an_unresolved_send(
-        names: tuple[str, ...], cancelled: bool, status: str) -> None:
+    names: tuple[str, ...], cancelled: bool, status: str
+) -> None:
     assert tt.final_status(outcomes(*names), cancelled) == status
 
 
@@ -172,5 +211,10 @@ def test_error_result_says_nothing_was_sent() -> None:
 
     result = tt.error_result(error)
 
-    assert result == {"ok": False, "kind": "invalid", "results": [], "error": error,
-                      "summary": "nothing sent: no such body"}
+    assert result == {
+        "ok": False,
+        "kind": "invalid",
+        "results": [],
+        "error": error,
+        "summary": "nothing sent: no such body",
+    }

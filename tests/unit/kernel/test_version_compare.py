@@ -8,8 +8,15 @@ from kernel import versions
 @pytest.mark.parametrize(
     ("source", "other", "expected"),
     [
-        ("1.0", "1.0", 0), ("1.1", "1.0", 1), ("", "1.0", -1), ("1.0", "", 1), ("", None, 0),
-        ("1.10", "1.9", 1), ("1.0", "1.0.0", -1), ("10", "9", -1), ("V2", "v2", 0),
+        ("1.0", "1.0", 0),
+        ("1.1", "1.0", 1),
+        ("", "1.0", -1),
+        ("1.0", "", 1),
+        ("", None, 0),
+        ("1.10", "1.9", 1),
+        ("1.0", "1.0.0", -1),
+        ("10", "9", -1),
+        ("V2", "v2", 0),
     ],
 )
 def test_versions_compare_as_the_runtime_compares_them(source, other, expected):
