@@ -19,9 +19,10 @@ Usage: ``python bench/host_bench.py [--store sqlite|azure] [--steps 200] [--fan-
 from __future__ import annotations
 
 import argparse
-import os
 import concurrent.futures
+import itertools
 import json
+import os
 import sqlite3
 import statistics
 import sys
@@ -62,8 +63,8 @@ def step_times(host: HostProcess, instance_id: str, event_type: str) -> list[flo
     management API's view, so it reads the same on every store)."""
     view = host.status(instance_id, "?showHistory=true") or {}
     stamps = [e["Timestamp"] for e in view.get("historyEvents", []) if e["EventType"] == event_type]
-    parsed = [datetime.fromisoformat(s.replace("Z", "+00:00")) for s in stamps]
-    return [(b - a).total_seconds() * 1000 for a, b in zip(parsed, parsed[1:])]
+    parsed = [datetime.fromisoformat(s) for s in stamps]
+    return [(b - a).total_seconds() * 1000 for a, b in itertools.pairwise(parsed)]
 
 
 def run_to_completion(

@@ -58,7 +58,7 @@ QUICK = {"chain": 30, "fan_out": 100, "many": 30, "calls": 20, "lengths": "10,10
 
 
 def stamp(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(text).timestamp()
 
 
 def completed(host: HostProcess, instance_id: str, timeout: float = 600) -> tuple[float, float]:
@@ -139,6 +139,7 @@ def _completed_after(host: HostProcess, instance: str, moment: float) -> float |
 
 def agent_round_ms(tmp: Path) -> float:
     import agent_round
+
     from tests.app.turn_support import turn_env
 
     db = tmp / "agent.db"

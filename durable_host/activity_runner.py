@@ -185,7 +185,7 @@ class ActivityRunner:
         """A run abandoned at stop did not crash: it must not count towards poison."""
         try:
             await self.store.release_activity(work.work_id)
-        except Exception:  # noqa: BLE001 - best effort while stopping
+        except Exception:
             log.warning("could not release activity %s at stop", work.name, exc_info=True)
 
 

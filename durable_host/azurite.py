@@ -94,10 +94,14 @@ def find_executable(extra_roots: tuple[Path, ...] = ()) -> Path | None:
     return Path(found) if found else None
 
 
+# Loaded in the parent: between fork and exec the child only makes the one prctl call.
+_LIBC = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    if sys.platform.startswith("linux"):
+    if _LIBC is not None:
         PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass
@@ -176,7 +180,8 @@ def start(
         stdout=out,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=_die_with_parent,
+        # No other way to have the emulator die with the host; the hook only calls prctl.
+        preexec_fn=_die_with_parent,  # noqa: PLW1509
     )
     emulator = Azurite(process, host, ports, location)
     deadline = time.monotonic() + timeout

@@ -254,7 +254,7 @@ class Engine:
             try:
                 await self._process(instance_id)
                 self._failures.pop(instance_id, None)
-            except Exception:
+            except Exception:  # noqa: BLE001 - _retry_later logs it and backs off
                 self._dirty.discard(instance_id)
                 self._retry_later(instance_id)
             finally:

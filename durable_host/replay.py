@@ -86,7 +86,7 @@ class HistoryText:
     """The JSON text of ``sdk_history`` of the first ``covers`` events of a history, grown by
     appending. One instance's episodes extend it one at a time (not thread-safe)."""
 
-    __slots__ = ("covers", "_parts", "_text")
+    __slots__ = ("_parts", "_text", "covers")
 
     def __init__(self) -> None:
         self.covers = 0

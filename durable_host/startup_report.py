@@ -145,8 +145,10 @@ def function_lines(index: AppIndex, base: str, route_prefix: str) -> list[str]:
     lines += [
         "Durable client routes:",
         f"  instances: [GET,DELETE] {base}{WEBHOOK}/instances[/{{id}}]",
-        f"  actions: [POST] {base}{WEBHOOK}/instances/{{id}}/"
-        "{raiseEvent/{name},terminate,suspend,resume,rewind,restart}",
+        (
+            f"  actions: [POST] {base}{WEBHOOK}/instances/{{id}}/"
+            "{raiseEvent/{name},terminate,suspend,resume,rewind,restart}"
+        ),
         f"  dashboard: [GET] {base}/admin/dashboard",
     ]
     for info in index.other:

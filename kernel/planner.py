@@ -65,12 +65,15 @@ _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
 _QUOTED = re.compile(r'"[^"]*"')
 _ARITHMETIC = re.compile(r"[\d\s+\-*/%().]*\d[\d\s+\-*/%().]*")
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("delete_document", re.compile(r"delete (?:the )?document\s+(?P<title>.+)", re.I)),
-    ("write_document", re.compile(r"remember\s+(?P<title>[^:]+?)\s*:\s*(?P<text>.*)", re.I)),
-    ("read_document", re.compile(r"recall\s+(?P<title>.+)", re.I)),
-    ("append_ledger", re.compile(r"record\s+(?P<text>.+?)\s+in the ledger", re.I)),
-    ("append_ledger", re.compile(r"ledger\s*:\s*(?P<text>.+)", re.I)),
-    ("calculator", re.compile(r"(?:calculate|compute)\s+(?P<expression>.+)", re.I)),
+    ("delete_document", re.compile(r"delete (?:the )?document\s+(?P<title>.+)", re.IGNORECASE)),
+    (
+        "write_document",
+        re.compile(r"remember\s+(?P<title>[^:]+?)\s*:\s*(?P<text>.*)", re.IGNORECASE),
+    ),
+    ("read_document", re.compile(r"recall\s+(?P<title>.+)", re.IGNORECASE)),
+    ("append_ledger", re.compile(r"record\s+(?P<text>.+?)\s+in the ledger", re.IGNORECASE)),
+    ("append_ledger", re.compile(r"ledger\s*:\s*(?P<text>.+)", re.IGNORECASE)),
+    ("calculator", re.compile(r"(?:calculate|compute)\s+(?P<expression>.+)", re.IGNORECASE)),
 )
 
 
@@ -124,24 +127,24 @@ def _clauses(text: str) -> list[str]:
 
 
 def _classify(clause: str) -> _Step:
-    if re.match(r"send\b", clause, re.I) and _EMAIL.search(_QUOTED.sub(" ", clause)):
+    if re.match(r"send\b", clause, re.IGNORECASE) and _EMAIL.search(_QUOTED.sub(" ", clause)):
         return _Step(clause, "send_notices", _notice_arguments(clause))
     for tool, pattern in _PATTERNS:
         if match := pattern.fullmatch(clause):
             arguments: JsonObject = {k: _unquote(v) for k, v in match.groupdict().items()}
             return _Step(clause, tool, arguments)
-    what_is = re.fullmatch(r"what(?:'s| is)\s+(?P<expression>.+)", clause, re.I)
+    what_is = re.fullmatch(r"what(?:'s| is)\s+(?P<expression>.+)", clause, re.IGNORECASE)
     if what_is and _ARITHMETIC.fullmatch(what_is["expression"]):
         return _Step(clause, "calculator", {"expression": what_is["expression"].strip()})
     return _Step(clause, None, {})
 
 
 def _notice_arguments(clause: str) -> JsonObject:
-    subject = re.search(r'subject\s+"([^"]*)"', clause, re.I)
-    body = re.search(r'body\s+"([^"]*)"', clause, re.I)
+    subject = re.search(r'subject\s+"([^"]*)"', clause, re.IGNORECASE)
+    body = re.search(r'body\s+"([^"]*)"', clause, re.IGNORECASE)
     # Quoted parts are subject or body text, so an address inside them is not a recipient.
     recipients: list[JsonValue] = list(_EMAIL.findall(_QUOTED.sub(" ", clause)))
-    fail_fast = re.search(r"\bfail[\s-]?fast\b", clause, re.I)
+    fail_fast = re.search(r"\bfail[\s-]?fast\b", clause, re.IGNORECASE)
     return {
         "recipients": recipients,
         "subject": subject[1] if subject else DEFAULT_SUBJECT,

@@ -169,7 +169,7 @@ def _time(text: str | None) -> str | None:
     if not text:
         return None
     try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        moment = datetime.fromisoformat(text.strip())
     except ValueError as exc:
         raise ClientError(400, f"{text!r} is not a date and time") from exc
     if moment.tzinfo is None:

@@ -35,7 +35,9 @@ def shown(tools: DevTools, expression: str, expected: Any, what: str) -> None:
 
 
 def test_the_page_follows_a_session_live(
-    kernel_host: HostProcess, browser: DevTools, tmp_path: Path
+    kernel_host: HostProcess,
+    browser: DevTools,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
 ) -> None:
     browser.open(f"{kernel_host.base_url}/api/sessions/{SESSION}/page")
     shown(

@@ -70,8 +70,10 @@ def test_a_rejected_tool_does_not_run_and_the_model_is_told(host):
 
     assert final["answer"].splitlines() == [
         'Saved note "old plan".',
-        "delete_document did not complete (rejected): "
-        "the approval for delete_document was rejected",
+        (
+            "delete_document did not complete (rejected): "
+            "the approval for delete_document was rejected"
+        ),
         'Note "old plan": eggs',
     ]
     state = view(host, "reject")

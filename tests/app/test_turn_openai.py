@@ -52,7 +52,7 @@ def host(
 
 
 def parse(timestamp: str) -> datetime:
-    return datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    return datetime.fromisoformat(timestamp)
 
 
 def at(event: dict) -> datetime:
@@ -66,7 +66,7 @@ def test_a_turn_through_the_openai_path_uses_real_tool_calls_and_records_usage(h
     final = wait_final(host, "openai", sub)
 
     assert final["answer"] == '2+3 = 5\nSaved note "plan".'
-    first, second, third = (r["messages"] for r in model.requests[-3:])
+    _first, _second, third = (r["messages"] for r in model.requests[-3:])
     assert [m["role"] for m in third] == ["user", "assistant", "tool", "assistant", "tool"]
     assert third[1]["tool_calls"][0]["function"]["name"] == "calculator"
     assert model.requests[-1]["headers"]["Authorization"] == "Bearer test-key"

@@ -228,10 +228,12 @@ def custom_status(host: HostProcess, instance_id: str) -> dict[str, Any]:
 def wait_phase(
     host: HostProcess, instance_id: str, phase: str, timeout: float = 30
 ) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        found = custom_status(host, instance_id)
+        return found if found.get("phase") == phase else None
+
     return wait_for(
-        lambda: (lambda c: c if c.get("phase") == phase else None)(
-            custom_status(host, instance_id)
-        ),
+        probe,
         timeout,
         f"{instance_id} in phase {phase}",
     )

@@ -118,7 +118,10 @@ def shown(tools: DevTools, expression: str, expected: Any, what: str) -> None:
 
 @needs_chromium
 def test_the_page_lists_shows_a_timeline_and_terminates_with_confirmation(
-    host: HostProcess, browser: DevTools, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    host: HostProcess,
+    browser: DevTools,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     done = start(host, "hello_sequence", "page-hello")
     waiting = start(host, "approval", "page-wait")

@@ -149,7 +149,7 @@ def retry_then_catch(context: df.DurableOrchestrationContext):
     options = df.RetryOptions(first_retry_interval_in_milliseconds=10, max_number_of_attempts=2)
     try:
         yield context.call_activity_with_retry("fail", options, None)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the SDK's failed-task error is a plain Exception
         return str(exc).split(" \n ")[0]
 
 
@@ -221,7 +221,7 @@ def test_one_buffered_event_satisfies_two_waits_in_the_sdk_but_the_strict_host_k
 def fail_fast(context: df.DurableOrchestrationContext):
     try:
         yield context.task_all([context.call_activity("fail", 1), context.call_activity("slow", 2)])
-    except Exception:
+    except Exception:  # noqa: BLE001, S110 - the failure is expected; what follows is tested
         pass
     return (yield context.call_activity("after", None))
 
@@ -474,7 +474,6 @@ def test_input_reaches_the_orchestrator_as_the_extension_passes_it(raw):
 
     def orch(context):
         seen.append(context.get_input())
-        return None
 
     d = Driver(handle_of(orch))
     d.start(raw_input=raw)

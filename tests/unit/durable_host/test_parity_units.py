@@ -258,7 +258,7 @@ def test_undecodable_rows_come_back_as_undecodable_messages_and_bad_history_rais
             db.execute("INSERT INTO inbox (instance_id, message) VALUES ('a', '[1]')")
             db.execute("UPDATE history SET event='nope' WHERE instance_id='a' AND seq=0")
 
-        await store._run(corrupt)  # noqa: SLF001 - simulate a damaged file
+        await store._run(corrupt)
         messages = await store.fetch_messages("a", T1)
         kinds = [m["kind"] for _, m in messages]
         assert kinds == ["start", "undecodable", "undecodable"]
