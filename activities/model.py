@@ -113,7 +113,7 @@ async def call_model(job: dict[str, Any], client: df.DurableOrchestrationClient)
         return {**saved.result, "reused": True}
     entries = await read_entries(client, job["session_id"], job["submission_id"])
     with telemetry.model_call(job, requested_model()) as call:
-        result = (await ask(entries, float(job.get("timeout_s") or 120))).to_dict()
+        result: dict[str, Any] = (await ask(entries, float(job.get("timeout_s") or 120))).to_dict()
         call.record(result)
     if result["ok"]:
         text = result["response"].get("content")

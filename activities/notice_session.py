@@ -109,7 +109,7 @@ async def notices_read(
     state = await read_session(client, job["session_id"]) or {}
     document = session_pages.document(state, job["plan_id"])
     live = document and not document.get("deleted")
-    plan = {"version": document["version"], "data": document["data"]} if live else None
+    plan = {"version": document["version"], "data": document["data"]} if document and live else None
     tasks = state.get("tasks") or {}
     statuses = {tid: (tasks.get(tid) or {}).get("status") for tid in job.get("task_ids", [])}
     return {"ok": True, "plan": plan, "tasks": statuses}

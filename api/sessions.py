@@ -173,7 +173,7 @@ async def submit(req: func.HttpRequest, client: df.DurableOrchestrationClient) -
         sub_id, status, duplicate = await start_once(client, session_id, submission, who)
     except KernelError as exc:
         return failure(exc)
-    body = {
+    body: dict[str, Any] = {
         "submissionId": sub_id,
         "sessionId": session_id,
         "status": status,

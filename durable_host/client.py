@@ -423,7 +423,7 @@ def transform_history(events: list[dict[str, Any]], with_output: bool) -> list[d
     ExecutionStarted shows ``FunctionName`` instead of its name, input and parent;
     ExecutionTerminated and EventRaised lose ``Input``, TimerFired its ``TimerId``.
     """
-    scheduled: dict[tuple[int, Any], int] = {}
+    scheduled: dict[tuple[str, Any], int] = {}
     merged: set[int] = set()
     rows: list[dict[str, Any] | None] = []
     for index, event in enumerate(events):

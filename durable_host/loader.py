@@ -100,7 +100,10 @@ def index_functions(app: func.FunctionRegister) -> AppIndex:
     for function in app.get_functions():
         bindings = tuple(json.loads(b) for b in function.get_raw_bindings())
         name = function.get_function_name()
-        trigger = next((b for b in bindings if b.get("type", "").lower().endswith("trigger")), {})
+        assert name is not None  # the SDK names every function it lists
+        trigger: dict[str, Any] = next(
+            (b for b in bindings if b.get("type", "").lower().endswith("trigger")), {}
+        )
         kind, alias_key = _KINDS.get(trigger.get("type", ""), ("other", None))
         info = FunctionInfo(name, kind, function.get_user_function(), bindings, _is_disabled(name))
         durable_name = (trigger.get(alias_key) if alias_key else None) or name

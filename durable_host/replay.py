@@ -133,7 +133,7 @@ def install(enabled: bool = True) -> bool:
     """
     global _original_parse
     # The submodule, not the class the package re-exports under the same name.
-    module = importlib.import_module("azure.durable_functions.models.history.HistoryEvent")
+    module: Any = importlib.import_module("azure.durable_functions.models.history.HistoryEvent")
 
     if _original_parse is None:
         _original_parse = module.dt_parse

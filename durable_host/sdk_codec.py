@@ -47,7 +47,7 @@ _patched: list[tuple[Any, str, Any]] = []  # (module, name, original) to restore
 
 def install(enabled: bool = True) -> bool:
     """Install the cached codec (or restore the originals); True if installed."""
-    codec = importlib.import_module(_SDK)
+    codec: Any = importlib.import_module(_SDK)  # its attributes are replaced below
     importlib.import_module(_PACKAGE)  # loads the modules whose references are replaced
     _restore(codec)
     if not enabled:

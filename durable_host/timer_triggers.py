@@ -150,7 +150,9 @@ def upcoming(spec: TimerSpec, status: dict[str, Any], now: datetime) -> datetime
 
 
 def status_text(last: datetime | None, next_: datetime | None, now: datetime, claim: str) -> str:
-    fmt = lambda t: None if t is None else h.format_time(t)
+    def fmt(t: datetime | None) -> str | None:
+        return None if t is None else h.format_time(t)
+
     return json.dumps(
         {"Last": fmt(last), "Next": fmt(next_), "LastUpdated": fmt(now), "Claim": claim},
         sort_keys=True,

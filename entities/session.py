@@ -131,7 +131,9 @@ def _target_submission(state: dict[str, Any], op: str, request: Any) -> str | No
     if op == "accept":
         request_id = request.get("request_id")
         try:
-            sub_id = ids.submission_id(state["session_id"], ids.validate_request_id(request_id))
+            sub_id: str | None = ids.submission_id(
+                state["session_id"], ids.validate_request_id(request_id)
+            )
         except KernelError:
             return None
     else:

@@ -28,7 +28,7 @@ from kernel.requests import TaskPatch
 from kernel.state import State
 from kernel.statuses import TERMINAL_TASK_STATUSES, TaskStatus
 
-_RANK = {
+_RANK: dict[str, int] = {
     TaskStatus.PENDING: 0,
     TaskStatus.RUNNING: 1,
     TaskStatus.WAITING: 1,

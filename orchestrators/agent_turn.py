@@ -202,7 +202,7 @@ def run_and_finish(
             version=child_version(context),
         )
     except Exception as exc:  # noqa: BLE001 - a failed child still finishes the submission
-        reason = scrub(str(exc))[:500]
+        reason: str | None = scrub(str(exc))[:500]
         outcome = {"status": SubmissionStatus.FAILED, "answer": None, "reason": reason}
     final, answer, reason = finish_status(outcome)
     return (yield from finish_and_hand_over(context, entity, job, final, answer, reason))

@@ -486,7 +486,11 @@ class Verdict:
 
 
 def confirmed(receipt: dict[str, Any]) -> Verdict:
-    how = {"send": "accepted", "lookup": "found by look-up", "confirm": "confirmed by query"}
+    how: dict[Any, str] = {
+        "send": "accepted",
+        "lookup": "found by look-up",
+        "confirm": "confirmed by query",
+    }
     source = how.get(receipt.get("source"), "")
     return Verdict("confirmed", f"message {receipt.get('message_id')} {source}".strip(), receipt)
 

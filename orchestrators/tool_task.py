@@ -58,7 +58,10 @@ INLINE_RESULT_BYTES = 12 * 1024
 
 
 Gen = Generator[Any, Any, Any]
-FINAL_BY_KIND = {"interrupted": TaskStatus.INTERRUPTED, "rejected": TaskStatus.CANCELLED}
+FINAL_BY_KIND: dict[Any, TaskStatus] = {
+    "interrupted": TaskStatus.INTERRUPTED,
+    "rejected": TaskStatus.CANCELLED,
+}
 
 
 def _final_status(result: dict[str, Any]) -> TaskStatus:
@@ -368,7 +371,7 @@ def execute_tool(
 def record_outcome(context: df.DurableOrchestrationContext, tool: ToolJob, ran: Ran) -> Gen:
     """Fact 2, tool completed, with the document changes it asked for; the result to apply."""
     result, documents = ran.result, ran.documents
-    outcome_entry = {
+    outcome_entry: dict[str, Any] = {
         "role": "tool",
         "kind": "tool_outcome",
         "data": {

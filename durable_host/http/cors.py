@@ -21,7 +21,7 @@ def middleware(
     any_origin = "*" in origins
 
     def allowed(origin: str | None) -> bool:
-        return bool(origin) and (any_origin or origin.rstrip("/") in origins)
+        return bool(origin and (any_origin or origin.rstrip("/") in origins))
 
     def headers(origin: str) -> dict[str, str]:
         # With credentials a browser refuses "*", so the origin itself is echoed.

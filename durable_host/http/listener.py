@@ -164,7 +164,12 @@ class GuardedSite(web.BaseSite):
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[None] = loop.create_future()
         fd = self._sock.fileno()
-        loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+
+        def wake() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        loop.add_reader(fd, wake)
         try:
             await ready
         finally:

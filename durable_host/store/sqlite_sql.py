@@ -136,7 +136,7 @@ def update_instance(db: sqlite3.Connection, instance_id: str, episode: Episode, 
                     0,
                 ),
             )
-    sets, args = ["updated_at=?"], [now]
+    sets, args = ["updated_at=?"], list[Any]([now])
     if episode.status is not None:
         sets.append("status=?")
         args.append(episode.status)
@@ -180,7 +180,7 @@ def write_outbox(db: sqlite3.Connection, episode: Episode) -> list[ActivityWork]
 
 
 def filters(query: Query) -> tuple[str, list[Any]]:
-    where, args = ["1=1"], []
+    where, args = ["1=1"], list[Any]()
     if query.entities is True:
         where.append("instance_id LIKE '@%'")
     elif query.entities is False:

@@ -18,8 +18,8 @@ without counting the attempt.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
 from azure.core.exceptions import (
     AzureError,
@@ -31,6 +31,7 @@ from azure.core.exceptions import (
 from durable_host.store.base import StoreError, StoreLockedError, StoreLostError
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
@@ -70,11 +71,13 @@ def status_of(exc: BaseException) -> int | None:
     return getattr(exc, "status_code", None)
 
 
-def translate_azure_errors(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+def translate_azure_errors(
+    fn: Callable[P, Coroutine[Any, Any, T]],
+) -> Callable[P, Coroutine[Any, Any, T]]:
     """Translate any Azure SDK error that got this far into the store's own errors."""
 
     @functools.wraps(fn)
-    async def wrapper(*args: Any, **kwargs: Any) -> T:
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return await fn(*args, **kwargs)
         except AzureError as exc:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
@@ -125,7 +126,7 @@ class HubIndex:
         for chunk in _chunks(timer_ops, 100):  # one partition: 100 rows per transaction
             await self._tables.retry(
                 "write timer hints",
-                lambda chunk=chunk: self._tables.index.submit_transaction(chunk),
+                functools.partial(self._tables.index.submit_transaction, chunk),
                 write=True,
             )
 
@@ -145,7 +146,9 @@ class HubIndex:
                 # An upsert: creates the hint, or marks an existing one as this writer's.
                 result = await self._tables.retry(
                     "write a hint",
-                    lambda hint=hint: self._tables.index.upsert_entity(hint, mode=UpdateMode.MERGE),
+                    functools.partial(
+                        self._tables.index.upsert_entity, hint, mode=UpdateMode.MERGE
+                    ),
                     write=True,
                 )
                 self._live[partition] = str(result.get("etag") or "")
@@ -171,7 +174,7 @@ class HubIndex:
             try:
                 await self._tables.retry(
                     "drop timer hints",
-                    lambda ops=ops: self._tables.index.submit_transaction(ops),
+                    functools.partial(self._tables.index.submit_transaction, ops),
                     write=True,
                 )
             except HttpResponseError as exc:

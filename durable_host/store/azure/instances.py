@@ -389,7 +389,7 @@ class Instances:
     async def commit_entity(self, commit: EntityCommit) -> None:
         partition = partition_key(commit.instance_id)
         head = await self._commits.head_for_commit(partition)
-        new = (
+        new: dict[str, Any] = (
             dict(head.row)
             if head is not None
             else {

@@ -190,7 +190,8 @@ class HubLease:
             except HttpResponseError as exc:
                 if is_transient(exc):
                     raise
-                code = exc.error_code or exc.status_code
+                # Set by the storage SDK's error handling only, not by azure-core.
+                code = getattr(exc, "error_code", None) or exc.status_code
                 self.lose(f"lost the ownership lease of the task hub ({code}): another host has it")
                 raise HubLeaseLostError(self.lost or "") from None
             self.valid_until = sent + self.seconds - LEASE_MARGIN
