@@ -51,6 +51,7 @@ class HostProcess:
     log_path: Path | None = None
     cwd: Path | None = None  # working directory (and import root) of the host process
     args: list[str] = field(default_factory=list)  # more ``start`` options (``--auth keys``)
+    python: str | None = None  # the interpreter (default: this one); needs the app's packages
 
     def __post_init__(self) -> None:
         # Each host object on Azure gets a task hub of its own (restarts keep it), so hosts of
@@ -74,7 +75,7 @@ class HostProcess:
         stderr = open(self.log_path, "a") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self.process = subprocess.Popen(
             [
-                sys.executable,
+                self.python or sys.executable,
                 "-m",
                 "durable_host",
                 "start",

@@ -31,7 +31,13 @@ def test_the_sdk_pins_of_host_and_app_agree():
 
 
 def test_every_requirement_is_pinned():
-    for name in ("requirements.txt", "requirements-host.txt", "requirements-dev.txt"):
+    for name in (
+        "requirements.txt",
+        "requirements-host.txt",
+        "requirements-dev.txt",
+        "examples/openai_agents/requirements.txt",
+        "examples/agent_framework/requirements.txt",
+    ):
         for line in (ROOT / name).read_text().splitlines():
             line = line.strip()
             if line and not line.startswith(("#", "-r ")):

@@ -1,0 +1,43 @@
+"""Durable agents with Microsoft Agent Framework (`agent-framework-azurefunctions`): each agent
+is a durable entity (`dafx-<name>`) that keeps its conversation and runs the agent - the
+model call - inside an entity operation; an orchestration calls the agents one after the
+other, so an answer, once the entity has returned it, is a durable fact a crash never repeats.
+
+Two agents: a planner picks a place, a writer turns it into an invitation. The framework also
+serves each agent over HTTP (`POST /api/agents/<name>/run`) and a health route
+(`GET /api/health`). The model endpoint is any OpenAI-compatible server speaking the chat
+completions API, named by `OPENAI_BASE_URL` and `OPENAI_API_KEY` (model: `OPENAI_MODEL`).
+(docs/host.md: what works on the durable host and what does not.)"""
+
+import os
+from collections.abc import Generator
+from typing import Any
+
+import azure.durable_functions as df
+from agent_framework.openai import OpenAIChatCompletionClient
+from agent_framework_azurefunctions import AgentFunctionApp
+
+
+def chat_client() -> OpenAIChatCompletionClient:
+    # OPENAI_BASE_URL and OPENAI_API_KEY are read by the client itself.
+    return OpenAIChatCompletionClient(model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"))
+
+
+planner = chat_client().as_agent(
+    name="Planner", instructions="Pick one place to visit. Answer with its name."
+)
+writer = chat_client().as_agent(
+    name="Writer", instructions="Write a one-line invitation to a friend."
+)
+
+app = AgentFunctionApp(agents=[planner, writer])
+
+
+@app.orchestration_trigger(context_name="context")
+def trip_invitation(context: df.DurableOrchestrationContext) -> Generator[Any, Any, dict[str, str]]:
+    request = context.get_input()
+    place = yield app.get_agent(context, "Planner").run(request["question"])
+    invitation = yield app.get_agent(context, "Writer").run(
+        f"Invite {request['friend']} to {place.text}"
+    )
+    return {"place": place.text, "invitation": invitation.text}
