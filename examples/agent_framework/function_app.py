@@ -3,10 +3,13 @@ is a durable entity (`dafx-<name>`) that keeps its conversation and runs the age
 model call - inside an entity operation; an orchestration calls the agents one after the
 other, so an answer, once the entity has returned it, is a durable fact a crash never repeats.
 
-Two agents: a planner picks a place, a writer turns it into an invitation. The framework also
+Two agents: a planner picks a place, a writer turns it into an invitation and signs it with a
+function tool (run by the framework inside the writer's entity operation). The framework also
 serves each agent over HTTP (`POST /api/agents/<name>/run`) and a health route
 (`GET /api/health`). The model endpoint is any OpenAI-compatible server speaking the chat
 completions API, named by `OPENAI_BASE_URL` and `OPENAI_API_KEY` (model: `OPENAI_MODEL`).
+`INVITATION_SENDER` signs the invitations; `SIGNED_LOG`, if set, names a file the tool appends
+each signed text to (so a test can count the tool's runs).
 (docs/host.md: what works on the durable host and what does not.)"""
 
 import os
@@ -14,6 +17,7 @@ from collections.abc import Generator
 from typing import Any
 
 import azure.durable_functions as df
+from agent_framework import tool
 from agent_framework.openai import OpenAIChatCompletionClient
 from agent_framework_azurefunctions import AgentFunctionApp
 
@@ -26,8 +30,22 @@ def chat_client() -> OpenAIChatCompletionClient:
 planner = chat_client().as_agent(
     name="Planner", instructions="Pick one place to visit. Answer with its name."
 )
+
+
+@tool
+def sign(text: str) -> str:
+    """Sign an invitation with the sender's name."""
+    log = os.environ.get("SIGNED_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as file:
+            file.write(text + "\n")
+    return f"{text} - {os.environ.get('INVITATION_SENDER', 'Bob')}"
+
+
 writer = chat_client().as_agent(
-    name="Writer", instructions="Write a one-line invitation to a friend."
+    name="Writer",
+    instructions="Write a one-line invitation to a friend, signed with the sign tool.",
+    tools=[sign],
 )
 
 app = AgentFunctionApp(agents=[planner, writer])

@@ -32,7 +32,7 @@ VENV_PYTHON = ROOT / ".venv-agentfw" / "bin" / "python"
 REQUEST = {"question": "Where should we go this weekend?", "friend": "Ann"}
 ANSWER = {
     "place": "Pick Where should we go this weekend?",
-    "invitation": "Write Invite Ann to Pick Where should we go this weekend?",
+    "invitation": "Write Invite Ann to Pick Where should we go this weekend? - Bob",
 }
 
 
@@ -62,14 +62,16 @@ def pypi_answers() -> bool:
 
 
 class ModelServer:
-    """An OpenAI chat completions API streaming "<first word of the system message> <last
-    user message>". ``hold()``: the next request waits until released (the test kills the
-    host meanwhile)."""
+    """An OpenAI chat completions API, streamed. Offered tools and no tool result yet, it calls
+    the first tool with ``{"text": <last message>}``; otherwise it answers "<first word of the
+    system message> <last message>". ``hold_from(n)``: request n and later ones wait until
+    ``release`` is set (the test kills the host meanwhile)."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.release = threading.Event()
         self.release.set()
+        self.held_from = 0
         self.loop = asyncio.new_event_loop()
         self.base_url = ""
 
@@ -79,7 +81,8 @@ class ModelServer:
         assert ready.wait(10)
         return self
 
-    def hold(self) -> None:
+    def hold_from(self, number: int) -> None:
+        self.held_from = number
         self.release.clear()
 
     def _serve(self, ready: threading.Event) -> None:
@@ -103,16 +106,31 @@ class ModelServer:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
-        await asyncio.to_thread(self.release.wait, 60)
         n = len(self.requests)
+        if self.held_from and n >= self.held_from:
+            await asyncio.to_thread(self.release.wait, 60)
         messages = body["messages"]
-        system = next((text(m) for m in messages if m["role"] == "system"), "")
-        answer = f"{system.split(' ')[0]} {text(messages[-1])}"
         chunk = {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": 0}
         chunk["model"] = body.get("model") or "test-model"
+        if body.get("tools") and messages[-1]["role"] != "tool":
+            call = {
+                "index": 0,
+                "id": f"call_{n}",
+                "type": "function",
+                "function": {
+                    "name": body["tools"][0]["function"]["name"],
+                    "arguments": json.dumps({"text": text(messages[-1])}),
+                },
+            }
+            delta: dict[str, Any] = {"role": "assistant", "tool_calls": [call]}
+            finish = "tool_calls"
+        else:
+            system = next((text(m) for m in messages if m["role"] == "system"), "")
+            delta = {"role": "assistant", "content": f"{system.split(' ')[0]} {text(messages[-1])}"}
+            finish = "stop"
         events = [
-            {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": answer}}]},
-            {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+            {**chunk, "choices": [{"index": 0, "delta": delta}]},
+            {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
             {
                 **chunk,
                 "choices": [],
@@ -156,6 +174,7 @@ def host(agentfw_python: Path, model: ModelServer, tmp_path: Path) -> Iterator[D
         "OPENAI_BASE_URL": model.base_url,
         "OPENAI_API_KEY": "test-key",
         "OPENAI_MODEL": "test-model",
+        "SIGNED_LOG": str(tmp_path / "signed.txt"),
     }
     process = HostProcess(
         APP, f"sqlite:{tmp_path / 'agentfw.db'}", env=env, cwd=APP, python=str(agentfw_python)
@@ -172,7 +191,7 @@ def agent_calls(history: list[dict[str, Any]]) -> list[str]:
 
 
 def test_two_durable_agents_answer_in_an_orchestration(
-    host: DurableHost, model: ModelServer
+    host: DurableHost, model: ModelServer, tmp_path: Path
 ) -> None:
     run = host.start_new("trip_invitation", REQUEST)
     final = host.wait_for_completion(run, timeout=60)
@@ -181,7 +200,10 @@ def test_two_durable_agents_answer_in_an_orchestration(
     history = host.status(run, history=True)["historyEvents"]  # type: ignore[index]
     calls = agent_calls(history)
     assert [call.split("@")[1] for call in calls] == ["dafx-planner", "dafx-writer"]
-    assert model.instructions() == ["Pick", "Write"]
+    # The writer's model asked for its tool, the framework ran it and gave the model its result.
+    assert model.instructions() == ["Pick", "Write", "Write"]
+    assert model.requests[2]["messages"][-1]["role"] == "tool"
+    assert signed(tmp_path) == ["Invite Ann to Pick Where should we go this weekend?"]
     # Each agent's entity keeps the conversation of its session.
     _, name, key = calls[0].split("@")
     state = json.dumps(host.entity_state(name, key))
@@ -190,12 +212,13 @@ def test_two_durable_agents_answer_in_an_orchestration(
 
 
 def test_a_crash_during_a_model_call_gives_the_same_answer(
-    host: DurableHost, model: ModelServer
+    host: DurableHost, model: ModelServer, tmp_path: Path
 ) -> None:
+    # The planner's call and the writer's first (the tool call) are answered; the writer's
+    # second call, after its tool ran, waits.
+    model.hold_from(3)
     run = host.start_new("trip_invitation", REQUEST)
-    wait_for_requests(model, 1)
-    model.hold()  # the planner's call is answered; the writer's waits
-    wait_for_requests(model, 2)
+    wait_for_requests(model, 3)
 
     host.kill()  # SIGKILL while the writer's entity waits for the model
     model.release.set()
@@ -203,8 +226,11 @@ def test_a_crash_during_a_model_call_gives_the_same_answer(
     final = host.wait_for_completion(run, timeout=60)
 
     assert final["output"] == ANSWER
-    # The planner's answer was durable: only the interrupted call was made again.
-    assert model.instructions() == ["Pick", "Write", "Write"]
+    # The planner's answer was durable: it was not asked again. The writer's entity operation
+    # was never committed, so it ran again from its start - its tool too (at least once, as
+    # an activity would).
+    assert model.instructions() == ["Pick", "Write", "Write", "Write", "Write"]
+    assert signed(tmp_path) == ["Invite Ann to Pick Where should we go this weekend?"] * 2
     history = host.status(run, history=True)["historyEvents"]  # type: ignore[index]
     assert [call.split("@")[1] for call in agent_calls(history)] == [
         "dafx-planner",
@@ -232,6 +258,11 @@ def test_the_agent_http_route_answers_and_keeps_the_session(
     assert empty.json() == {"error": "Message is required"}
     health = host.get("/api/health")
     assert health.status == 200 and health.json()["agent_count"] == 2
+
+
+def signed(tmp_path: Path) -> list[str]:
+    """What the writer's tool signed, one line a run."""
+    return (tmp_path / "signed.txt").read_text().splitlines()
 
 
 def wait_for_requests(model: ModelServer, count: int) -> None:
