@@ -6,7 +6,9 @@ other, so an answer, once the entity has returned it, is a durable fact a crash 
 Two agents: a planner picks a place, a writer turns it into an invitation and signs it with a
 function tool (run by the framework inside the writer's entity operation). The framework also
 serves each agent over HTTP (`POST /api/agents/<name>/run`) and a health route
-(`GET /api/health`). The model endpoint is any OpenAI-compatible server speaking the chat
+(`GET /api/health`). Beside the agents, a framework workflow without a model, `banner` (two
+executors, each run as an activity by the `dafx-banner` orchestration; started at
+`POST /api/workflow/banner/run`), turns a text into a banner. The model endpoint is any OpenAI-compatible server speaking the chat
 completions API, named by `OPENAI_BASE_URL` and `OPENAI_API_KEY` (model: `OPENAI_MODEL`).
 `INVITATION_SENDER` signs the invitations; `SIGNED_LOG`, if set, names a file the tool appends
 each signed text to (so a test can count the tool's runs).
@@ -14,10 +16,10 @@ each signed text to (so a test can count the tool's runs).
 
 import os
 from collections.abc import Generator
-from typing import Any
+from typing import Any, Never
 
 import azure.durable_functions as df
-from agent_framework import tool
+from agent_framework import Executor, WorkflowBuilder, WorkflowContext, handler, tool
 from agent_framework.openai import OpenAIChatCompletionClient
 from agent_framework_azurefunctions import AgentFunctionApp
 
@@ -48,7 +50,23 @@ writer = chat_client().as_agent(
     tools=[sign],
 )
 
-app = AgentFunctionApp(agents=[planner, writer])
+
+class Shout(Executor):
+    @handler
+    async def shout(self, text: str, ctx: WorkflowContext[str]) -> None:
+        await ctx.send_message(text.upper())
+
+
+class Frame(Executor):
+    @handler
+    async def frame(self, text: str, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.yield_output(f"*** {text} ***")
+
+
+shout, frame = Shout(id="shout"), Frame(id="frame")
+banner = WorkflowBuilder(name="banner", start_executor=shout).add_edge(shout, frame).build()
+
+app = AgentFunctionApp(agents=[planner, writer], workflow=banner)
 
 
 @app.orchestration_trigger(context_name="context")

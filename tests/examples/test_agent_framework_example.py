@@ -260,6 +260,21 @@ def test_the_agent_http_route_answers_and_keeps_the_session(
     assert health.status == 200 and health.json()["agent_count"] == 2
 
 
+def test_a_workflow_runs_as_an_orchestration_of_activities(host: DurableHost) -> None:
+    started = host.post("/api/workflow/banner/run?waitForResponse=true", "see you there")
+    assert started.status == 200, started.body
+    assert started.json()["output"] == ["*** SEE YOU THERE ***"]
+
+    run = started.json()["instanceId"]
+    status = host.get(f"/api/workflow/banner/status/{run}")
+    assert status.status == 200, status.body
+    assert status.json()["runtimeStatus"] == "Completed"
+    history = host.status(run, history=True)["historyEvents"]  # type: ignore[index]
+    done = [e["FunctionName"] for e in history if e["EventType"] == "TaskCompleted"]
+    assert done == ["dafx-banner-shout", "dafx-banner-frame"]
+    assert host.get("/api/workflow/banner/status/no-such-run").status == 404
+
+
 def signed(tmp_path: Path) -> list[str]:
     """What the writer's tool signed, one line a run."""
     return (tmp_path / "signed.txt").read_text().splitlines()
