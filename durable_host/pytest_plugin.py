@@ -187,12 +187,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture
 def durable_host_factory(tmp_path: Path) -> Iterator[Factory]:
-    """``factory(app_dir, *, store=None, env=None, args=())`` -> a started ``DurableHost``.
+    """``factory(app_dir, *, store=None, env=None, args=(), python=None)`` -> a started
+    ``DurableHost``.
 
     ``store``: the host's ``--store`` (default: a fresh SQLite file in the test's tmp
     directory); ``env``: settings for the host process (over ``local.settings.json``);
-    ``args``: more ``start`` options (``["--auth", "keys"]``). Every host is killed at the
-    end of the test."""
+    ``args``: more ``start`` options (``["--auth", "keys"]``); ``python``: the interpreter of
+    the host process (default: the test's), for an app whose packages live in another
+    environment. Every host is killed at the end of the test."""
     hosts: list[DurableHost] = []
 
     def factory(
@@ -202,10 +204,18 @@ def durable_host_factory(tmp_path: Path) -> Iterator[Factory]:
         env: dict[str, str] | None = None,
         args: Sequence[str] = (),
         timeout: float = 60.0,
+        python: str | Path | None = None,
     ) -> DurableHost:
         app = Path(app_dir).resolve()
         spec = store or f"sqlite:{tmp_path / f'durable-host-{len(hosts)}.db'}"
-        process = HostProcess(app, spec, env=dict(env or {}), cwd=app, args=list(args))
+        process = HostProcess(
+            app,
+            spec,
+            env=dict(env or {}),
+            cwd=app,
+            args=list(args),
+            python=str(python) if python else None,
+        )
         host = DurableHost(process)
         hosts.append(host)
         process.start(timeout=timeout)

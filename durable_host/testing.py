@@ -61,6 +61,10 @@ class HostProcess:
 
     def start(self, faults: str | None = None, timeout: float = 30.0) -> HostProcess:
         env = {**os.environ, **self.env, "PYTHONPATH": str(PACKAGE_ROOT)}
+        if self.python and PACKAGE_ROOT.name in ("site-packages", "dist-packages"):
+            # An installed host under another interpreter is that environment's own copy:
+            # this environment's packages on its path would shadow the ones it was made for.
+            del env["PYTHONPATH"]
         env.pop("DURABLE_HOST_FAULTS", None)
         if faults:
             env["DURABLE_HOST_FAULTS"] = faults

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,6 @@ import pytest
 from aiohttp import web
 
 from durable_host.pytest_plugin import DurableHost
-from durable_host.testing import HostProcess
 from tests.harness import ROOT
 
 APP = ROOT / "examples" / "agent_framework"
@@ -168,7 +167,12 @@ def model() -> Iterator[ModelServer]:
 
 
 @pytest.fixture
-def host(agentfw_python: Path, model: ModelServer, tmp_path: Path) -> Iterator[DurableHost]:
+def host(
+    durable_host_factory: Callable[..., DurableHost],
+    agentfw_python: Path,
+    model: ModelServer,
+    tmp_path: Path,
+) -> DurableHost:
     """The example on a host running in .venv-agentfw, a fresh SQLite store in tmp_path."""
     env = {
         "OPENAI_BASE_URL": model.base_url,
@@ -176,13 +180,8 @@ def host(agentfw_python: Path, model: ModelServer, tmp_path: Path) -> Iterator[D
         "OPENAI_MODEL": "test-model",
         "SIGNED_LOG": str(tmp_path / "signed.txt"),
     }
-    process = HostProcess(
-        APP, f"sqlite:{tmp_path / 'agentfw.db'}", env=env, cwd=APP, python=str(agentfw_python)
-    )
-    running = DurableHost(process)
-    process.start(timeout=120)  # importing the framework takes seconds
-    yield running
-    running.kill()
+    # Importing the framework takes seconds.
+    return durable_host_factory(APP, env=env, python=agentfw_python, timeout=120)
 
 
 def agent_calls(history: list[dict[str, Any]]) -> list[str]:
