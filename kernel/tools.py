@@ -26,9 +26,11 @@ Validation (the tool task's *call* phase) is two steps, and both report problems
 
 ``validate_call`` returns ``(True, final_args)`` — the canonical JSON arguments to save with
 the intent and to execute with — or ``(False, error)`` where ``error`` is an envelope
-``{"ok": false, "kind": "invalid_arguments"|"unknown_tool", "tool", "field", "message",
-"problems"}`` whose ``field`` names the first offending argument. Nothing here raises for bad
-input from a model.
+``{"ok": false, "kind": "invalid_arguments"|"unknown_tool"|"tool_not_allowed", "tool",
+"field", "message", "problems"}`` whose ``field`` names the first offending argument. Nothing
+here raises for bad input from a model. ``allowed`` (a run's declared tools, e.g. a loop's)
+narrows the catalogue: a call of any other tool is ``tool_not_allowed`` and never runs;
+``openai_tool_specs(allowed)`` offers the model only those.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
@@ -139,7 +141,7 @@ class ToolSpec(Generic[ArgsT]):
 class ToolError:
     """Why a call cannot run; returned as a value so the model and the user can see it."""
 
-    kind: Literal["unknown_tool", "invalid_arguments"]
+    kind: Literal["unknown_tool", "invalid_arguments", "tool_not_allowed"]
     tool: str
     field: str | None
     message: str
@@ -223,11 +225,22 @@ def resolve(name: str) -> ToolSpec[Any] | ToolError:
     )
 
 
-def validate_call(name: str, arguments: object) -> tuple[bool, JsonObject]:
-    """Resolve, validate and precheck one call: ``(True, final_args)`` or ``(False, error)``."""
+def validate_call(
+    name: str, arguments: object, allowed: Collection[str] | None = None
+) -> tuple[bool, JsonObject]:
+    """Resolve, validate and precheck one call: ``(True, final_args)`` or ``(False, error)``.
+
+    ``allowed``: the tools this run may call (None: the whole catalogue)."""
     spec = resolve(name)
     if isinstance(spec, ToolError):
         return False, spec.to_dict()
+    if allowed is not None and name not in allowed:
+        return False, ToolError(
+            kind="tool_not_allowed",
+            tool=name,
+            field="name",
+            message=f"{name} is not one of this run's tools: {', '.join(allowed) or 'none'}",
+        ).to_dict()
     try:
         args = spec.args_model.model_validate(arguments)
     except ValidationError as exc:
@@ -249,9 +262,10 @@ def note_document_id(title: str) -> str:
     return f"note.{slug}.{uuid.uuid5(ids.NAMESPACE, 'note:' + key).hex[:12]}"
 
 
-def openai_tool_specs() -> list[JsonObject]:
-    """Every tool as a chat-completions ``tools`` entry, in catalogue order."""
-    return [spec.to_openai() for spec in _CATALOGUE]
+def openai_tool_specs(allowed: Collection[str] | None = None) -> list[JsonObject]:
+    """Every tool (or every ``allowed`` one) as a chat-completions ``tools`` entry, in
+    catalogue order."""
+    return [spec.to_openai() for spec in _CATALOGUE if allowed is None or spec.name in allowed]
 
 
 def _invalid(tool: str, problems: list[tuple[str | None, str]]) -> ToolError:

@@ -73,6 +73,7 @@ def agent_loop(context: df.DurableOrchestrationContext) -> Generator[Any, Any, A
                 "session_id": job["session_id"],
                 "request_id": loops.occurrence_request_id(spec.loop_id, due),
                 "prompt": spec.prompt,
+                **loops.run_options(spec),
             },
         )
         previous, runs = due, runs + 1

@@ -1,14 +1,15 @@
 """``tool_task``: one tool call as its own orchestration - intent before action.
 
 Called by ``agent_round`` with ``{session_id, submission_id, turn_id, round_id, round, index,
-nonce, call: {id, name, arguments}, limits}`` under the id ``kernel.ids.tool_task_id``. Returns an
+nonce, call: {id, name, arguments}, limits, tools?, approval_links?, declarations?}`` under the id ``kernel.ids.tool_task_id``. Returns an
 envelope and never raises for tool trouble: ``{"ok", "status": completed|failed|interrupted|
 cancelled, "kind", "message", "tool_call_id", "name"}``.
 
 Phases (custom status ``{"phase", "tool", ...}``; task record ``tool`` under the round):
 
 1. call: resolve the tool and validate its arguments (``kernel.tools.validate_call``, with the
-   tool's pre-checks). A rejected call is answered at once with the error the model will see.
+   tool's pre-checks). A rejected call is answered at once with the error the model will see;
+   so is a call of a tool outside the run's declared ``tools`` (``tool_not_allowed``).
 2. **call accepted** (commit 1): the intent with the final arguments and the tool's replay
    policy (entry kind ``tool_intent``), the task ``running``.
 3. approval, for tools that need one: wait for ``approval:{tool task id}``, raced with
@@ -140,6 +141,12 @@ class ToolJob:
         return cls(task_id, job, call, str(call["name"]), limits, session_entity(job["session_id"]))
 
     @property
+    def allowed(self) -> list[str] | None:
+        """The run's declared tools (a loop's), or None: the whole catalogue."""
+        declared = self.job.get("tools")
+        return list(declared) if declared is not None else None
+
+    @property
     def submission_id(self) -> str:
         return str(self.job["submission_id"])
 
@@ -162,7 +169,7 @@ class Ran:
 def tool_task(context: df.DurableOrchestrationContext) -> Generator[Any, Any, dict[str, Any]]:
     tool = ToolJob.of(context.instance_id, context.get_input())
     set_status(context, "call", tool=tool.name)
-    valid, checked = tools.validate_call(tool.name, tool.call.get("arguments"))
+    valid, checked = tools.validate_call(tool.name, tool.call.get("arguments"), tool.allowed)
     if not valid:
         return (yield from reject_call(context, tool, checked))
     spec = tools.TOOLS[tool.name]

@@ -1,5 +1,6 @@
 """Agent loops end to end: a cron-driven prompt submitted as ordinary submissions, each
-occurrence once by its request id; pause, resume and delete; bad declarations refused.
+occurrence once by its request id; pause, resume and delete; a run uses only the loop's
+declared tools, under its policy; bad declarations refused.
 
 The loop runs every two seconds so the test sees two occurrences in a few seconds; every
 wait is bounded and nothing asserts on durations.
@@ -8,6 +9,7 @@ wait is bounded and nothing asserts on durations.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from kernel import ids
@@ -66,6 +68,37 @@ def test_a_loop_submits_each_occurrence_once_and_obeys_pause_resume_delete(
     assert kernel_host.post(f"/api/sessions/{SESSION}/loops/digest/pause").status == 404
 
 
+def test_a_loop_run_calls_only_the_loops_tools_under_its_policy(kernel_host: HostProcess) -> None:
+    session = "looping-narrow"
+    declaration = {
+        "loopId": "narrow",
+        "schedule": "*/2 * * * * *",
+        # three tool rounds: allowed, not allowed, and one the policy leaves no round for
+        "prompt": "calculate 2+3 and then ledger: from a loop and then calculate 1+1",
+        "tools": ["calculator"],
+        "policy": {"max_rounds": 3},
+    }
+    assert kernel_host.post(f"/api/sessions/{session}/loops", declaration).status == 202
+    loop = wait_for(lambda: in_state(kernel_host, "narrow", "sleeping", 1, session), 40, "a run")
+    assert kernel_host.request("DELETE", f"/api/sessions/{session}/loops/narrow").status == 202
+    assert loop["loop"]["tools"] == ["calculator"] and loop["loop"]["policy"] == {"max_rounds": 3}
+    sub_id = loop["lastSubmission"]["submission_id"]
+    assert final(kernel_host, session, sub_id, timeout=40)["status"] == "failed"
+    state = view(kernel_host, session)
+    # The policy's max_rounds (3, not the app's 8) stopped the third round's tool call.
+    reason = state["tasks"][f"{session}:turn:{sub_id}"]["reason"]
+    assert reason.startswith("max_rounds") and "at most 3" in reason, reason
+    results = {
+        e["data"]["name"]: e["data"]["result"]
+        for e in state["entries"]
+        if e["submission_id"] == sub_id and e["role"] == "tool" and e["kind"] == "message"
+    }
+    assert results["calculator"]["ok"] and results["calculator"]["value"] == 5
+    assert results["append_ledger"]["kind"] == "tool_not_allowed"  # refused, never run
+    ledger = Path(kernel_host.env["AGENT_TOOL_LEDGER_FILE"])
+    assert "from a loop" not in (ledger.read_text() if ledger.exists() else "")
+
+
 def test_a_bad_loop_declaration_names_its_field(kernel_host: HostProcess) -> None:
     base = {"loopId": "bad", "schedule": "0 0 9 * * *", "prompt": "p"}
     for change, field in (
@@ -75,6 +108,13 @@ def test_a_bad_loop_declaration_names_its_field(kernel_host: HostProcess) -> Non
         ({"prompt": ""}, "prompt"),
         ({"loopId": "a b"}, "loopId"),
         ({"extra": 1}, "extra"),
+        ({"tools": ["calculator", "nope"]}, "tools[1]"),
+        ({"tools": ["calculator", "calculator"]}, "tools[1]"),
+        ({"tools": "calculator"}, "tools"),
+        ({"policy": {"max_rounds": 0}}, "policy.max_rounds"),
+        ({"policy": {"max_concurrent_model_calls": 99}}, "policy.max_concurrent_model_calls"),
+        ({"policy": {"rounds": 3}}, "policy.rounds"),
+        ({"policy": [1]}, "policy"),
     ):
         resp = kernel_host.post(f"/api/sessions/{SESSION}/loops", {**base, **change})
         assert resp.status == 400, (change, resp.body)
