@@ -11,11 +11,20 @@ from activities import (
     mail,
     model,
     notice_session,
+    operator_notice,
     tools,
 )
 from api import approval_links, loops, operator, pages, sessions
 from entities import limiter, semaphore, session
-from orchestrators import agent_loop, agent_round, agent_run, agent_turn, notices, tool_task
+from orchestrators import (
+    agent_loop,
+    agent_round,
+    agent_run,
+    agent_turn,
+    notices,
+    on_failure,
+    tool_task,
+)
 
 # Every route declares its level; the default covers any route added without one.
 app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
@@ -45,5 +54,8 @@ for blueprint in (
     loops.bp,
     # Declared per-key limits of tools (docs/loops.md).
     limiter.bp,
+    # The onFailure handler of tools and loops that gave up (docs/loops.md).
+    on_failure.bp,
+    operator_notice.bp,
 ):
     app.register_functions(blueprint)

@@ -7,12 +7,19 @@ and are untrusted), its replay ``policy`` and whether a person must approve it:
 tool               policy  approval  notes
 =================  ======  ========  ==========================================================
 calculator         safe    no        pure arithmetic (kernel.calculator)
-read_document      safe    no        reads one document
-write_document     safe    no        idempotent upsert: a re-run writes the same content
-delete_document    safe    yes       idempotent, but destructive, so a person approves it
-append_ledger      unsafe  no        every run appends a line: never re-run blindly
+read_document      safe    no        reads one document; retried, then the operator is told
+write_document     safe    no        idempotent upsert: a re-run writes the same content;
+                                     retried, then the operator is told
+delete_document    safe    yes       idempotent, but destructive, so a person approves it;
+                                     retried, then the operator is told
+append_ledger      unsafe  no        every run appends a line: never re-run blindly; one
+                                     append at a time, in arrival order (``concurrency``)
 send_notices       unsafe  no        one e-mail per recipient, 1..50 distinct addresses
 =================  ======  ========  ==========================================================
+
+Declarations (``concurrency``, ``failure``) are applied by the tool task
+(``orchestrators/tool_task.py``) to tasks whose input says ``declarations``; a bad one stops
+the app at import, naming the tool and the field.
 
 ``policy`` is the replay rule: after a crash left an attempt without a result, a tool is re-run
 only if it was ``safe`` when the intent was saved and is ``safe`` now
@@ -46,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSche
 
 from kernel import calculator, documents, ids
 from kernel.errors import join_path
+from kernel.failures import FailurePolicy
 from kernel.limits import parse_limit
 from kernel.model_io import JsonObject, JsonValue
 
@@ -126,6 +134,11 @@ class ToolSpec(Generic[ArgsT]):
     # ``{"key": "service:{service}", "limit": 1}``; its key is filled from the call's
     # arguments, ``tool`` and ``session``. None: the tool runs unlimited (no entity call).
     concurrency: JsonObject | None = None
+    # Retries and the onFailure handler (``kernel/failures.py``): a run that failed with a
+    # ``tool_error`` (the tool raised) is tried again under the policy, and when every try
+    # failed its handler runs once. None: one try, as for unsafe tools, whose failed run may
+    # have had its effect.
+    failure: FailurePolicy | None = None
 
     def to_openai(self) -> JsonObject:
         """The chat-completions ``tools`` entry, schema derived from the argument model."""
@@ -159,6 +172,14 @@ class ToolError:
         }
 
 
+def _note_failure(kind: str) -> FailurePolicy:
+    """The note tools read and write the session: a raised error is worth two more tries,
+    then a person is told (``notify_operator``)."""
+    return FailurePolicy(
+        kind=kind, max_attempts=3, first_retry_s=2, backoff=2, on_failure="notify_operator"
+    )
+
+
 _CATALOGUE: tuple[ToolSpec[Any], ...] = (
     ToolSpec(
         name="calculator",
@@ -172,12 +193,14 @@ _CATALOGUE: tuple[ToolSpec[Any], ...] = (
         args_model=ReadDocumentArgs,
         policy="safe",
         description="Read the session document (note) with this title.",
+        failure=_note_failure("read_document"),
     ),
     ToolSpec(
         name="write_document",
         args_model=WriteDocumentArgs,
         policy="safe",
         description="Create or replace the session document with this title.",
+        failure=_note_failure("write_document"),
     ),
     ToolSpec(
         name="delete_document",
@@ -185,12 +208,15 @@ _CATALOGUE: tuple[ToolSpec[Any], ...] = (
         policy="safe",
         requires_approval=True,
         description="Delete the session document with this title. A person approves it first.",
+        failure=_note_failure("delete_document"),
     ),
     ToolSpec(
         name="append_ledger",
         args_model=AppendLedgerArgs,
         policy="unsafe",
         description="Append one line to the session ledger. Every call adds a line.",
+        # The ledger is one file for the app: appends one at a time, in the order asked.
+        concurrency={"key": "tool-ledger", "limit": 1, "lease_s": 120},
     ),
     ToolSpec(
         name="send_notices",
