@@ -1,6 +1,7 @@
 """Agent loops end to end: a cron-driven prompt submitted as ordinary submissions, each
 occurrence once by its request id; pause, resume and delete; a run uses only the loop's
-declared tools, under its policy; bad declarations refused.
+declared tools, under its policy; a submission that keeps failing is retried, then the
+operator is told once and the loop goes on; bad declarations refused.
 
 The loop runs every two seconds so the test sees two occurrences in a few seconds; every
 wait is bounded and nothing asserts on durations.
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel import ids
+from tests.app.test_notices_workflow import mailbox_call
 from tests.app.test_sessions_api import final, submit, view
 from tests.harness import HostProcess, wait_for
 
@@ -97,6 +99,44 @@ def test_a_loop_run_calls_only_the_loops_tools_under_its_policy(kernel_host: Hos
     assert results["append_ledger"]["kind"] == "tool_not_allowed"  # refused, never run
     ledger = Path(kernel_host.env["AGENT_TOOL_LEDGER_FILE"])
     assert "from a loop" not in (ledger.read_text() if ledger.exists() else "")
+
+
+def test_a_failing_occurrence_is_retried_then_handled_once_and_the_loop_goes_on(
+    fresh_kernel_host, mailbox: str
+) -> None:
+    """``loop_submit`` raises on its first 4 runs: the first occurrence gives up after three
+    tries (the operator is mailed once), the next one succeeds on its second try."""
+    host = fresh_kernel_host(
+        {
+            "AGENT_MAIL_BASE_URL": mailbox,
+            "AGENT_OPERATOR_EMAIL": "ops@example.com",
+            "KERNEL_FAULTS": "loop.submit@4",
+        }
+    ).start()
+    session = "looping-flaky"
+    declaration = {"loopId": "flaky", "schedule": "*/2 * * * * *", "prompt": "hello"}
+    assert host.post(f"/api/sessions/{session}/loops", declaration).status == 202
+    first = wait_for(lambda: in_state(host, "flaky", "sleeping", 1, session), 60, "a run")
+    given_up = first["lastSubmission"]
+    assert (given_up["ok"], given_up["tier"], given_up["attempts"]) == (False, "handled", 3)
+    second = wait_for(lambda: in_state(host, "flaky", "sleeping", 2, session), 60, "2 runs")
+    assert host.request("DELETE", f"/api/sessions/{session}/loops/flaky").status == 202
+    assert (second["lastSubmission"]["ok"], second["lastSubmission"]["tier"]) == (True, "retried")
+    occurrence = given_up["request_id"].removeprefix("loop:flaky:")
+    handler = host.status(f"loop:{session}:flaky:{occurrence}:on-failure", "?showInput=true")
+    assert handler is not None and handler["runtimeStatus"] == "Completed"
+    given = handler["input"]
+    given = json.loads(given) if isinstance(given, str) else given
+    assert given["attempts"] == 3 and "injected failure 3 of 4" in given["failure"]
+    assert given["input"] == {
+        "session_id": session,
+        "request_id": given_up["request_id"],
+        "prompt": "hello",
+    }
+    mails = [
+        m for m in mailbox_call(mailbox, "/messages")["messages"] if m["to"] == "ops@example.com"
+    ]
+    assert len(mails) == 1 and occurrence in mails[0]["body"]
 
 
 def test_a_bad_loop_declaration_names_its_field(kernel_host: HostProcess) -> None:
