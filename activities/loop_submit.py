@@ -5,9 +5,9 @@ a submission is idempotent by its request id (``api/sessions.start_once``), so a
 activity or an occurrence submitted twice finds the first submission and starts nothing.
 A refused submission (the session's queue is full) is answered, not raised: the loop records
 it and goes on to the next occurrence. Anything else that goes wrong raises, and the loop's
-failure policy tries again (``orchestrators/agent_loop.SUBMIT``). The loop's declared ``tools`` and ``policy`` travel
-with the submission (``kernel.loops.run_options``), so its run calls only those tools under
-that policy.
+failure policy tries again (``orchestrators/agent_loop.SUBMIT``). The loop's declared
+``tools`` and ``policy`` travel with the submission (``kernel.loops.run_options``), so its
+run calls only those tools under that policy.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """``agent_run``: the rounds of one turn, each round its own orchestration (``agent_round``).
 
 ``agent_run`` is called by ``agent_turn`` with ``{session_id, submission_id, request_id,
-text|text_ref, settings, turn_instance_id, tools?, policy?}`` and returns ``{"status": completed|failed|cancelled,
-"answer", "reason"}``. It only sequences rounds, so its history grows by a few events per round:
+text|text_ref, settings, turn_instance_id, tools?, policy?}`` and returns ``{"status":
+completed|failed|cancelled, "answer", "reason"}``. It only sequences rounds, so its history
+grows by a few events per round:
 
     round 1 -> round 2 -> ... -> answer | stop (guard, tool timeout, cancel)
                   \\-> needs_attention -> operator retry (the same round again) | abort | timeout

@@ -1,9 +1,10 @@
 """``tool_task``: one tool call as its own orchestration - intent before action.
 
 Called by ``agent_round`` with ``{session_id, submission_id, turn_id, round_id, round, index,
-nonce, call: {id, name, arguments}, limits, tools?, approval_links?, declarations?}`` under the id ``kernel.ids.tool_task_id``. Returns an
-envelope and never raises for tool trouble: ``{"ok", "status": completed|failed|interrupted|
-cancelled, "kind", "message", "tool_call_id", "name"}``.
+nonce, call: {id, name, arguments}, limits, tools?, approval_links?, declarations?}`` under
+the id ``kernel.ids.tool_task_id``. Returns an envelope and never raises for tool trouble:
+``{"ok", "status": completed|failed|interrupted|cancelled, "kind", "message", "tool_call_id",
+"name"}``.
 
 Phases (custom status ``{"phase", "tool", ...}``; task record ``tool`` under the round):
 
