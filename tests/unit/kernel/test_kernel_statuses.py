@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import get_args
 
+from kernel.failures import TIERS
 from kernel.statuses import (
     FINAL_SUBMISSION_STATUSES,
     TERMINAL_TASK_STATUSES,
@@ -14,7 +15,6 @@ from kernel.statuses import (
     TaskStatusValue,
     TierValue,
 )
-from kernel.failures import TIERS
 
 
 def test_the_request_literals_hold_the_same_values_as_the_enums():
