@@ -241,15 +241,17 @@ async def get_entries(
 
 
 async def _judge(
-    store: preview_store.PreviewStore,
+    store: preview_store.PreviewStore | None,
     session_id: str,
     listed: list[dict[str, Any]],
     state: dict[str, Any] | None,
+    delete: bool,
 ) -> list[dict[str, Any]]:
-    """(live previews of ``listed`` under ``state``); the superseded ones are deleted (their
-    facts landed or cannot land any more; a failed delete is left to the next reader)."""
+    """The live previews of ``listed`` under ``state``. With ``delete`` (only when ``listed``
+    was read before ``state``) the superseded ones are deleted: their facts landed or cannot
+    land any more; a failed delete is left to the next reader."""
     live, gone = preview_rules.split_live(listed, core.upgrade(state) if state else None)
-    for preview in gone:
+    for preview in gone if delete and store is not None else []:
         with contextlib.suppress(Exception):
             await asyncio.to_thread(store.delete, session_id, preview["task"])
     return live
@@ -267,23 +269,23 @@ async def follow(
     live previews whose tag differs from it. Re-reads the stored state every
     ``POLL_SECONDS``; holds no lock.
 
-    The preview store is listed before the state is read: a preview is written only after its
-    task was committed, so a listed preview's task is in the state read next, and a preview is
-    judged superseded only by a state that really holds its fact."""
+    Whatever the order of the two reads, no answer shows an entry together with the preview it
+    superseded: the state that holds the entry is the state that judges the preview. Only the
+    clean-up needs an order: a preview is written after its task was committed, so when the
+    store is listed *before* the state is read (as for a reader that follows previews), a
+    listed preview's task is in that state, and one judged superseded really is."""
     store = preview_store.open_store()
     deadline = time.monotonic() + query.wait
     for _ in range(int(query.wait / POLL_SECONDS) + 2):
-        # A reader that follows previews needs them on every poll; another only in the answer.
-        listed = await _list(store, session_id) if seen is not None else None
+        following = seen is not None
+        listed = await _list(store, session_id) if following else []
         state = await current_state(client, session_id, who)
         records = core.changes_after(state, query.after, query.limit, session_pages.load_page)
         left = deadline - time.monotonic()
-        if listed is None and (records or left <= 0):
-            listed = await _list(store, session_id)
-            state = await current_state(client, session_id, who)
-            records = core.changes_after(state, query.after, query.limit, session_pages.load_page)
-        live = await _judge(store, session_id, listed, state) if store and listed else []
-        moved = seen is not None and preview_rules.preview_tag(live) != seen
+        if not following and (records or left <= 0):
+            listed = await _list(store, session_id)  # the answer carries them all the same
+        live = await _judge(store, session_id, listed, state, delete=following)
+        moved = following and preview_rules.preview_tag(live) != seen
         if records or moved or left <= 0:
             break
         await asyncio.sleep(min(POLL_SECONDS, left))
