@@ -145,11 +145,15 @@ class BlobPreviewStore:
         )
         for name in names:
             blob = self._container.get_blob_client(name)
+
+            def download(blob: Any = blob) -> bytes:
+                return bytes(blob.download_blob().readall())
+
             try:  # deleted between the listing and the read: superseded anyway
-                data = app_state.retry_transient(lambda b=blob: b.download_blob().readall())
+                data = app_state.retry_transient(download)
             except ResourceNotFoundError:
                 continue
-            record = _decode(bytes(data))
+            record = _decode(data)
             if record is not None:
                 found.append(record)
         return found

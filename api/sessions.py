@@ -251,9 +251,10 @@ async def _judge(
     was read before ``state``) the superseded ones are deleted: their facts landed or cannot
     land any more; a failed delete is left to the next reader."""
     live, gone = preview_rules.split_live(listed, core.upgrade(state) if state else None)
-    for preview in gone if delete and store is not None else []:
-        with contextlib.suppress(Exception):
-            await asyncio.to_thread(store.delete, session_id, preview["task"])
+    if delete and store is not None:
+        for preview in gone:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(store.delete, session_id, preview["task"])
     return live
 
 

@@ -59,7 +59,7 @@ class StreamingModelServer(ModelServer):
                 held.release()
         super().stop()
 
-    async def _completions(self, request: web.Request) -> web.StreamResponse:
+    async def _completions(self, request: web.Request) -> web.StreamResponse:  # type: ignore[override]
         body = await request.json()
         if not body.get("stream"):
             return await super()._completions(request)
@@ -106,7 +106,8 @@ def sse_chunks(reply: dict[str, Any], body: dict[str, Any]) -> Iterator[dict[str
 
 @pytest.fixture
 def model() -> Iterator[StreamingModelServer]:
-    server = StreamingModelServer().start()
+    server = StreamingModelServer()
+    server.start()
     yield server
     server.stop()
 
