@@ -6,6 +6,8 @@ test releases them (a real signal, not a sleep), so the test sees the preview at
 
 * while a reply streams, the change stream (and the page) shows the text so far as a preview,
   growing; once the response is committed the entry holds the whole text and no preview is left;
+* a tool's progress is written under its tool task and cleaned up by the first reader that
+  finds it superseded;
 * the histories and the session entity are the same with streaming on and off;
 * a host killed with SIGKILL mid-stream reruns the call after its restart, a reconnecting reader
   sees the latest preview meanwhile, and the final entry appears exactly once.
@@ -222,6 +224,33 @@ def test_the_entry_and_its_preview_never_show_together(make_host, model):
     wait_final(host, "apart", sub)
 
     assert all(text is None for committed, text in seen if committed)
+
+
+def store_of(host: HostProcess) -> Any:
+    """The preview store the host's app writes to (files on SQLite, blobs on Azure)."""
+    from adapters import app_state
+    from adapters.previews import BlobPreviewStore, FilePreviewStore
+
+    if "AzureWebJobsStorage" in host.env:
+        connection = host.env["AzureWebJobsStorage"]
+        container = app_state.container_client(connection, host.env["AGENT_PREVIEW_CONTAINER"])
+        return BlobPreviewStore(container)
+    return FilePreviewStore(Path(host.env["AGENT_PREVIEW_DIR"]))
+
+
+def test_tool_progress_is_written_under_the_tool_task_and_cleaned_up_by_a_reader(make_host):
+    host = make_host()
+    sub = submit(host, "tools", "calculate 6*7")
+    wait_final(host, "tools", sub)
+    store = store_of(host)
+
+    kept = {p["task"]: p for p in store.list("tools")}  # nobody followed previews yet
+    progress = kept[ids.tool_task_id(sub, 1, 0)]
+    page = changes(host, "tools", "after=0&previews=")
+
+    assert progress["kind"] == "tool_progress" and progress["text"] == "running calculator"
+    assert page["previews"] == []  # superseded: the tool completed
+    assert store.list("tools") == []  # and the reader that found them deleted them
 
 
 def test_a_bad_previews_tag_is_refused_and_changes_nothing(make_host):
