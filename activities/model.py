@@ -90,7 +90,10 @@ async def ask(
     timeout_s: float,
     on_text: model_provider.TextSink | None = None,
     planner_delay_s: float = 0.0,
+    allowed_tools: list[str] | None = None,
 ) -> ModelResult:
+    """One model call; ``allowed_tools`` narrows the tools offered (a loop's declaration;
+    None offers the whole catalogue)."""
     config = model_provider.ProviderConfig.from_settings(os.environ)
     if config is None:
         response = planner.plan(entries)
@@ -98,7 +101,9 @@ async def ask(
             await stream_planner_text(response.content, on_text, planner_delay_s)
         return ModelSuccess(response)
     try:
-        request = ModelRequest.from_entries(entries, tools.openai_tool_specs(), config.model)
+        request = ModelRequest.from_entries(
+            entries, tools.openai_tool_specs(allowed_tools), config.model
+        )
     except ModelIOError as exc:
         return ModelFailure(kind="fatal", message=f"cannot build the model request: {exc}")
     return await model_provider.complete(config, request, timeout_s, on_text)
@@ -176,6 +181,7 @@ async def call_model(job: dict[str, Any], client: df.DurableOrchestrationClient)
                     float(job.get("timeout_s") or 120),
                     preview.update if preview is not None else None,
                     streaming.planner_delay_s,
+                    job.get("tools") or None,
                 )
             ).to_dict()
             call.record(result)
