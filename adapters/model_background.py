@@ -45,6 +45,7 @@ from adapters.content_store import ContentNotFound, ContentStore
 from adapters.model_provider import ProviderConfig, failure_from_status
 from kernel import planner
 from kernel.model_io import (
+    FailureKind,
     JsonObject,
     ModelFailure,
     ModelRequest,
@@ -194,7 +195,7 @@ def polled_from_body(body: Mapping[str, Any], default_model: str) -> Polled:
     if status == "failed":
         error = body.get("error") or {}
         code, message = str(error.get("code") or "error"), str(error.get("message") or "")
-        kind = "transient" if code in _TRANSIENT_CODES else "fatal"
+        kind: FailureKind = "transient" if code in _TRANSIENT_CODES else "fatal"
         text = f"the background model request failed: {code}: {message}"[:1000]
         return Polled("failed", failure=ModelFailure(kind=kind, message=text))
     if status == "cancelled":
@@ -254,8 +255,8 @@ class ResponsesBackground:
             return exc.failure
         if not isinstance(reply.get("id"), str) or not reply["id"]:
             return ModelFailure(kind="fatal", message="unusable model reply: no request id")
-        status = reply.get("status")
-        known = status if status in ("queued", "in_progress", "completed") else "queued"
+        # A server may answer a short request at once; the first poll then finds it complete.
+        known: RequestStatus = "in_progress" if reply.get("status") == "in_progress" else "queued"
         return Submitted(Handle("responses", reply["id"]), known)
 
     async def poll(self, handle: Handle, timeout_s: float) -> Polled:

@@ -192,7 +192,7 @@ def _answer(items: list[dict[str, Any]]) -> dict[str, Any]:
             for call in response.tool_calls
         ]
     else:
-        text = {"type": "output_text", "text": response.content, "annotations": []}
+        text: dict[str, Any] = {"type": "output_text", "text": response.content, "annotations": []}
         output = [{"type": "message", "role": "assistant", "content": [text]}]
     usage = response.usage
     return {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -119,6 +120,28 @@ def test_a_turn_cancelled_while_waiting_cancels_the_remote_request(host, server)
     assert len(server.submits) == first + 1
     turn = view(host, "bgc")["tasks"][ids.turn_instance_id("bgc", sub)]
     assert "cancelled: the user left" in turn["reason"]
+    held.release()
+
+
+def test_the_rounds_cancel_event_stops_the_wait_at_once(host, server):
+    held = server.hold()
+    first, cancels = len(server.submits), len(server.cancels)
+    sub = submit(host, "bge", "what is 7*7")
+    assert held.polled.wait(20)
+    round_id = f"{run_id('bge', sub)}:round-1"
+    event = urllib.parse.quote(f"cancel:{round_id}")
+
+    raised = host.post(
+        f"{WEBHOOK}/instances/{urllib.parse.quote(round_id)}/raiseEvent/{event}",
+        {"reason": "operator stop"},
+    )
+    assert raised.status == 202, raised.body
+    final = wait_final(host, "bge", sub)
+
+    assert final["status"] == "cancelled"
+    assert server.cancels[cancels:] == [server.submits[first]["id"]]
+    turn = view(host, "bge")["tasks"][ids.turn_instance_id("bge", sub)]
+    assert "cancelled: operator stop" in turn["reason"]
     held.release()
 
 
