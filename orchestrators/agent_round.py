@@ -64,6 +64,9 @@ class Round:
     limits: TurnLimits
     entity: df.EntityId
     tokens: int
+    # The round's one wait on its cancel event (background calls only): a second wait on the
+    # same name would leave the first, abandoned, to swallow the event.
+    cancel: Any = None
 
     @classmethod
     def of(cls, round_id: str, job: dict[str, Any]) -> Round:
@@ -257,10 +260,12 @@ def background_call(
     yield from release_slot(context, holder)
     if not submitted["ok"]:
         return submitted
+    if rnd.cancel is None:
+        rnd.cancel = context.wait_for_external_event(f"cancel:{rnd.round_id}")
     schedule = model_wait.PollSchedule.of(rnd.limits)
     return (
         yield from model_wait.wait(
-            context, job, submitted, schedule, round=rnd.number, attempt=model_attempt
+            context, job, submitted, schedule, rnd.cancel, round=rnd.number, attempt=model_attempt
         )
     )
 

@@ -8,7 +8,7 @@ Used by ``agent_round`` when the turn's limits say ``model_background`` (the app
   handle - is committed to this orchestration's history, so a replay after a crash finds the
   same handle and never starts a second request. Returns the activity's envelope (an activity
   crash is a ``transient`` failure, like a synchronous call).
-* ``wait(context, job, submitted, schedule, **status)``: sleeps on a durable timer, polls
+* ``wait(context, job, submitted, schedule, cancel, **status)``: sleeps on a durable timer, polls
   (``poll_model_request``), and again, with the delays of ``poll_delay`` (``first_s``, doubled
   each poll, at most ``max_s``), until the request is final or ``timeout_s`` after the wait
   began. Returns the reply envelope ``agent_round`` already handles: ``{"ok": true,
@@ -17,13 +17,14 @@ Used by ``agent_round`` when the turn's limits say ``model_background`` (the app
   deadline passed, after the remote request was cancelled), or ``{"ok": false, "kind":
   "fatal", "cancelled": true, "message"}`` when the turn was cancelled while it waited.
 
-Cancel: the wait stops at once on this orchestration's own event ``cancel:{instance id}`` (the
-``raise_cancel`` convention), and at the next poll when a cancel was recorded on the submission
-(the poll activity reads it). Either way the ``cancel_model_request`` activity asks the
-provider to stop the request (up to ``CANCEL_TRIES`` times while the provider cannot be
-reached) before the call ends as cancelled: the provider stops spending on a turn nobody waits
-for. A poll that cannot reach the provider (``unknown``) is no failure of the call: the next
-poll asks again, until the deadline.
+Cancel: the wait stops at once on the orchestration's own event ``cancel:{instance id}`` (the
+``raise_cancel`` convention; the caller creates its one wait on it and passes it as
+``cancel``), and at the next poll when a cancel was recorded on the submission (the poll
+activity reads it). Either way the ``cancel_model_request`` activity asks the provider to stop
+the request (up to ``CANCEL_TRIES`` times while the provider cannot be reached) before the
+call ends as cancelled: the provider stops spending on a turn nobody waits for. A poll that
+cannot reach the provider (``unknown``) is no failure of the call: the next poll asks again,
+until the deadline.
 
 ``poll_delay`` and ``next_wait`` are the pure schedule; the generators turn it into timers.
 """
@@ -90,9 +91,12 @@ def wait(
     job: dict[str, Any],
     submitted: dict[str, Any],
     schedule: PollSchedule,
+    cancel: Any,
     **status: Any,
 ) -> Gen:
-    """Poll the submitted request until it is final, cancelled or past the deadline."""
+    """Poll the submitted request until it is final, cancelled or past the deadline.
+
+    ``cancel`` is the caller's one wait on its ``cancel:{instance id}`` event."""
     handle = submitted["handle"]
     ref = {
         "handle": handle,
@@ -101,7 +105,6 @@ def wait(
         "timeout_s": job["timeout_s"],
     }
     began = context.current_utc_datetime
-    cancel = context.wait_for_external_event(f"cancel:{context.instance_id}")
     last = str(submitted.get("status") or "queued")
     for poll_no in range(1, MAX_POLLS + 1):
         elapsed = (context.current_utc_datetime - began).total_seconds()
