@@ -232,3 +232,42 @@ def test_a_host_killed_after_submitting_reuses_the_saved_handle(crashing, server
     (submitted,) = activities((shown or {}).get("historyEvents") or [], "submit_model_request")
     result = submitted["Result"]
     assert json.loads(result)["reused"] if isinstance(result, str) else result["reused"]
+
+
+# --- other settings ----------------------------------------------------------------------------
+
+
+def test_the_offline_planner_answers_background_calls_with_no_endpoint(fresh_kernel_host):
+    host = fresh_kernel_host({"AGENT_MODEL_BACKGROUND": "1", "AGENT_MODEL_POLL_S": "0.1"}).start()
+    sub = submit(host, "bgo", "calculate 2+3")
+
+    final = wait_final(host, "bgo", sub)
+
+    assert final["answer"] == "2+3 = 5"
+    events = round_events(host, "bgo", sub)
+    assert len(activities(events, "submit_model_request")) == 1
+    assert len(activities(events, "poll_model_request")) == 1
+    assert not activities(events, "call_model")
+
+
+def test_a_request_past_its_deadline_is_cancelled_and_the_call_times_out(fresh_kernel_host, server):
+    host = fresh_kernel_host(
+        {
+            **background_env(server),
+            "AGENT_MODEL_BACKGROUND_TIMEOUT_S": "1",
+            "AGENT_MAX_MODEL_ATTEMPTS": "1",
+        }
+    ).start()
+    held = server.hold()  # never answers within the deadline
+    first, cancels = len(server.submits), len(server.cancels)
+    sub = submit(host, "bgt", "hello there")
+
+    parked = wait_phase(host, run_id("bgt", sub), "needs_attention")
+
+    handle = server.submits[first]["id"]
+    assert parked["reason"] == (
+        f"model_timeout: the background model request {handle} did not finish within 1 s"
+    )
+    assert server.cancels[cancels:] == [handle]
+    assert len(server.submits) == first + 1
+    held.release()
