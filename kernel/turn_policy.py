@@ -8,9 +8,8 @@ Contract:
 * ``TurnLimits.from_settings(app_settings)`` reads ``AGENT_<FIELD>`` settings (``AGENT_MAX_ROUNDS``,
   ``AGENT_MODEL_TIMEOUT_S``, ``AGENT_APPROVAL_TIMEOUT_S``, ``AGENT_ATTENTION_TIMEOUT_S``,
   ``AGENT_MAX_CONCURRENT_MODEL_CALLS``, ``AGENT_TOOL_LEASE_S``, ``AGENT_MODEL_BACKGROUND`` ...)
-  with defaults; a bad value
-  raises ``TurnSettingsError`` naming the setting. ``to_dict``/``from_dict`` carry limits
-  through orchestration input as JSON.
+  with defaults; a bad value raises ``TurnSettingsError`` naming the setting.
+  ``to_dict``/``from_dict`` carry limits through orchestration input as JSON.
 * ``next_retry_delay(attempt, result, limits)``: seconds to wait before the next model attempt,
   or None when there must be none (success, ``fatal``, or ``max_model_attempts`` used up).
   The delay is ``base * 2**(attempt-1)`` capped at ``max_backoff_s``, except that a
