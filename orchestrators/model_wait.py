@@ -23,8 +23,8 @@ Cancel: the wait stops at once on the orchestration's own event ``cancel:{instan
 activity reads it). Either way the ``cancel_model_request`` activity asks the provider to stop
 the request (up to ``CANCEL_TRIES`` times while the provider cannot be reached) before the
 call ends as cancelled: the provider stops spending on a turn nobody waits for. A poll that
-cannot reach the provider (``unknown``) is no failure of the call: the next poll asks again,
-until the deadline.
+cannot reach the provider (``unknown``) is no failure of the call: the next poll asks again
+(no sooner than the provider's Retry-After), until the deadline.
 
 ``poll_delay`` and ``next_wait`` are the pure schedule; the generators turn it into timers.
 """
@@ -70,12 +70,16 @@ def poll_delay(poll_no: int, first_s: float, max_s: float) -> float:
     return min(max_s, first_s * 2.0 ** min(poll_no - 1, 64))
 
 
-def next_wait(poll_no: int, elapsed_s: float, schedule: PollSchedule) -> float | None:
-    """Seconds to sleep before poll ``poll_no``, never past the deadline; None once it passed."""
+def next_wait(
+    poll_no: int, elapsed_s: float, schedule: PollSchedule, at_least: float = 0.0
+) -> float | None:
+    """Seconds to sleep before poll ``poll_no``, never past the deadline; None once it passed.
+
+    ``at_least``: the provider's Retry-After from the last poll (a 429), honoured as given."""
     remaining = schedule.timeout_s - elapsed_s
     if remaining <= 0:
         return None
-    return min(poll_delay(poll_no, schedule.first_s, schedule.max_s), remaining)
+    return min(max(poll_delay(poll_no, schedule.first_s, schedule.max_s), at_least), remaining)
 
 
 def submit(context: df.DurableOrchestrationContext, job: dict[str, Any]) -> Gen:
@@ -106,9 +110,10 @@ def wait(
     }
     began = context.current_utc_datetime
     last = str(submitted.get("status") or "queued")
+    retry_after = 0.0
     for poll_no in range(1, MAX_POLLS + 1):
         elapsed = (context.current_utc_datetime - began).total_seconds()
-        delay = next_wait(poll_no, elapsed, schedule)
+        delay = next_wait(poll_no, elapsed, schedule, retry_after)
         if delay is None:
             break
         set_status(context, "polling", **status, handle=handle["id"], poll=poll_no, status=last)
@@ -117,6 +122,7 @@ def wait(
             return (yield from cancelled(context, ref, reason, schedule.first_s, status))
         polled = yield from poll(context, ref)
         last = str(polled.get("status"))
+        retry_after = float(polled.get("retry_after") or 0.0) if last == "unknown" else 0.0
         if last == "cancel_requested":
             reason = str(polled.get("reason"))
             return (yield from cancelled(context, ref, reason, schedule.first_s, status))

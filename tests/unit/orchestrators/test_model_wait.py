@@ -40,3 +40,11 @@ def test_the_schedule_comes_from_the_turn_limits() -> None:
     )
 
     assert PollSchedule.of(limits) == PollSchedule(first_s=0.5, max_s=4.0, timeout_s=600.0)
+
+
+def test_a_retry_after_from_the_provider_stretches_the_next_sleep_but_not_the_deadline() -> None:
+    schedule = PollSchedule(first_s=2.0, max_s=30.0, timeout_s=100.0)
+
+    assert next_wait(1, 0.0, schedule, at_least=7.0) == 7.0
+    assert next_wait(5, 0.0, schedule, at_least=7.0) == 30.0  # the schedule is longer anyway
+    assert next_wait(1, 95.0, schedule, at_least=7.0) == 5.0
