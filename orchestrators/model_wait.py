@@ -111,6 +111,7 @@ def wait(
     began = context.current_utc_datetime
     last = str(submitted.get("status") or "queued")
     retry_after = 0.0
+    delay: float | None = 0.0
     for poll_no in range(1, MAX_POLLS + 1):
         elapsed = (context.current_utc_datetime - began).total_seconds()
         delay = next_wait(poll_no, elapsed, schedule, retry_after)
@@ -131,11 +132,11 @@ def wait(
         if last in FINAL_FAILURES:
             return failure(polled)
     yield from cancel_remote(context, ref, schedule.first_s, status)
-    message = f"the background model request {handle['id']} did not finish within"
+    limit = f"{schedule.timeout_s:g} s" if delay is None else f"{MAX_POLLS} polls"
     return {
         "ok": False,
         "kind": "timeout",
-        "message": f"{message} {schedule.timeout_s:g} s",
+        "message": f"the background model request {handle['id']} did not finish within {limit}",
         "retry_after": None,
     }
 
