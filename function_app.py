@@ -10,6 +10,7 @@ from activities import (
     loop_submit,
     mail,
     model,
+    model_background,
     notice_session,
     operator_notice,
     tools,
@@ -35,6 +36,8 @@ for blueprint in (
     agent_run.bp,
     agent_round.bp,
     model.bp,
+    # Background model calls (docs/turn.md).
+    model_background.bp,
     hand_over.bp,
     sessions.bp,
     pages.bp,

@@ -67,6 +67,10 @@ def test_settings_are_parsed_from_strings_and_numbers() -> None:
         ({"AGENT_MODEL_TIMEOUT_S": "nan"}, "AGENT_MODEL_TIMEOUT_S"),
         ({"AGENT_MAX_BACKOFF_S": "inf"}, "AGENT_MAX_BACKOFF_S"),
         ({"AGENT_BASE_BACKOFF_S": "90"}, "AGENT_BASE_BACKOFF_S"),
+        ({"AGENT_MODEL_BACKGROUND": "2"}, "AGENT_MODEL_BACKGROUND"),
+        ({"AGENT_MODEL_BACKGROUND": "yes"}, "AGENT_MODEL_BACKGROUND"),
+        ({"AGENT_MODEL_POLL_S": "0"}, "AGENT_MODEL_POLL_S"),
+        ({"AGENT_MODEL_POLL_S": "31"}, "AGENT_MODEL_POLL_S"),
     ],
 )
 def test_bad_settings_are_rejected_naming_the_setting(
