@@ -65,7 +65,9 @@ async def submit_model_request(
     config = ProviderConfig.from_settings(os.environ)
     model = config.model if config is not None else planner.MODEL_NAME
     try:
-        request = ModelRequest.from_entries(entries, tools.openai_tool_specs(), model)
+        request = ModelRequest.from_entries(
+            entries, tools.openai_tool_specs(job.get("tools") or None), model
+        )
     except ModelIOError as exc:
         failure = ModelFailure(kind="fatal", message=f"cannot build the model request: {exc}")
         return dict(failure.to_dict())

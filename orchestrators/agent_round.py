@@ -220,21 +220,8 @@ def take_slot(context: df.DurableOrchestrationContext, rnd: Round, holder: str) 
 
 def call_model(context: df.DurableOrchestrationContext, rnd: Round, model_attempt: int) -> Gen:
     """The ``call_model`` activity; its envelope (an activity crash is a transient failure)."""
-    sub_id, job = rnd.submission_id, rnd.job
     try:
-        return (
-            yield context.call_activity(
-                "call_model",
-                {
-                    "session_id": job["session_id"],
-                    "submission_id": sub_id,
-                    "attempt_key": f"{job['nonce']}:{sub_id}:model:{rnd.number}.{job['attempt']}"
-                    f":{model_attempt}",
-                    "timeout_s": rnd.limits.model_timeout_s,
-                    **({"tools": job["tools"]} if "tools" in job else {}),  # a loop run's tools
-                },
-            )
-        )
+        return (yield context.call_activity("call_model", model_job(rnd, model_attempt)))
     except Exception as exc:  # noqa: BLE001 - an activity crash is a transient failure
         return {"ok": False, "kind": "transient", "message": str(exc)[:500]}
 
@@ -248,6 +235,7 @@ def model_job(rnd: Round, model_attempt: int) -> dict[str, Any]:
         "attempt_key": f"{job['nonce']}:{sub_id}:model:{rnd.number}.{job['attempt']}"
         f":{model_attempt}",
         "timeout_s": rnd.limits.model_timeout_s,
+        **({"tools": job["tools"]} if "tools" in job else {}),  # a loop run's tools
     }
 
 
