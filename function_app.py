@@ -10,12 +10,22 @@ from activities import (
     loop_submit,
     mail,
     model,
+    model_background,
     notice_session,
+    operator_notice,
     tools,
 )
 from api import approval_links, loops, operator, pages, sessions
 from entities import limiter, semaphore, session
-from orchestrators import agent_loop, agent_round, agent_run, agent_turn, notices, tool_task
+from orchestrators import (
+    agent_loop,
+    agent_round,
+    agent_run,
+    agent_turn,
+    notices,
+    on_failure,
+    tool_task,
+)
 
 # Every route declares its level; the default covers any route added without one.
 app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
@@ -26,6 +36,8 @@ for blueprint in (
     agent_run.bp,
     agent_round.bp,
     model.bp,
+    # Background model calls (docs/turn.md).
+    model_background.bp,
     hand_over.bp,
     sessions.bp,
     pages.bp,
@@ -45,5 +57,8 @@ for blueprint in (
     loops.bp,
     # Declared per-key limits of tools (docs/loops.md).
     limiter.bp,
+    # The onFailure handler of tools and loops that gave up (docs/loops.md).
+    on_failure.bp,
+    operator_notice.bp,
 ):
     app.register_functions(blueprint)

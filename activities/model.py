@@ -18,12 +18,20 @@ reference returned as ``content_ref`` next to the response.
 A successful reply is written to the attempt ledger under ``attempt_key`` before it is
 returned, so if the host dies after the call but before its completion is saved, the re-run
 activity returns the saved reply instead of paying for the same call again (``"reused": true``).
+
+Previews (``AGENT_PREVIEWS=on``, ``docs/turn.md`` "Streaming and previews"): the call streams,
+and the text so far is written, coalesced, to the preview store under the round's task
+(``adapters.previews``); the offline planner streams its answer in word chunks too
+(``AGENT_PLANNER_STREAM_DELAY_MS`` apart). The activity's result is the complete reply either
+way, so what enters the history does not depend on streaming. A failed call clears its preview;
+a successful one leaves it until the commit of the response supersedes it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import uuid
 from typing import Any
@@ -31,10 +39,12 @@ from typing import Any
 import azure.durable_functions as df
 
 from adapters import model_provider, telemetry
+from adapters import previews as preview_store
 from adapters.attempt_ledger import default_ledger
 from adapters.content_store import default_store
 from entities import session_pages
 from kernel import content, pages, planner, tools
+from kernel import previews as preview_rules
 from kernel import session as session_core
 from kernel.model_io import ModelFailure, ModelIOError, ModelRequest, ModelResult, ModelSuccess
 from kernel.turn_policy import TurnLimits, TurnSettingsError
@@ -75,15 +85,63 @@ def requested_model() -> str:
     return config.model if config is not None else planner.MODEL_NAME
 
 
-async def ask(entries: list[dict[str, Any]], timeout_s: float) -> ModelResult:
+async def ask(
+    entries: list[dict[str, Any]],
+    timeout_s: float,
+    on_text: model_provider.TextSink | None = None,
+    planner_delay_s: float = 0.0,
+    allowed_tools: list[str] | None = None,
+) -> ModelResult:
+    """One model call; ``allowed_tools`` narrows the tools offered (a loop's declaration;
+    None offers the whole catalogue)."""
     config = model_provider.ProviderConfig.from_settings(os.environ)
     if config is None:
-        return ModelSuccess(planner.plan(entries))
+        response = planner.plan(entries)
+        if on_text is not None and response.content:
+            await stream_planner_text(response.content, on_text, planner_delay_s)
+        return ModelSuccess(response)
     try:
-        request = ModelRequest.from_entries(entries, tools.openai_tool_specs(), config.model)
+        request = ModelRequest.from_entries(
+            entries, tools.openai_tool_specs(allowed_tools), config.model
+        )
     except ModelIOError as exc:
         return ModelFailure(kind="fatal", message=f"cannot build the model request: {exc}")
-    return await model_provider.complete(config, request, timeout_s)
+    return await model_provider.complete(config, request, timeout_s, on_text)
+
+
+_CHUNK = re.compile(r"\s*\S+")
+
+
+async def stream_planner_text(text: str, on_text: model_provider.TextSink, delay_s: float) -> None:
+    """The planner's answer as a model would stream it: word by word, ``delay_s`` apart."""
+    shown = 0
+    for i, chunk in enumerate(_CHUNK.finditer(text)):
+        if i and delay_s:
+            await asyncio.sleep(delay_s)
+        shown = chunk.end()
+        on_text(text[:shown])
+    if shown < len(text):  # trailing whitespace
+        on_text(text)
+
+
+def model_preview(job: dict[str, Any], interval_s: float) -> preview_store.PreviewWriter | None:
+    """The preview writer of this call's round, or None (previews off, or not a round's call)."""
+    found = preview_rules.model_preview_task(job["session_id"], job["attempt_key"])
+    if found is None:
+        return None
+    task, submission_id, round_no = found
+    store = preview_store.open_store()
+    if store is None:
+        return None
+    return preview_store.PreviewWriter(
+        store,
+        session_id=job["session_id"],
+        task=task,
+        kind=preview_rules.MODEL_TEXT,
+        submission_id=submission_id,
+        round_no=round_no,
+        interval_s=interval_s,
+    )
 
 
 @bp.activity_trigger(input_name="job")
@@ -112,9 +170,26 @@ async def call_model(job: dict[str, Any], client: df.DurableOrchestrationClient)
     if saved is not None and saved.completed:
         return {**saved.result, "reused": True}
     entries = await read_entries(client, job["session_id"], job["submission_id"])
-    with telemetry.model_call(job, requested_model()) as call:
-        result: dict[str, Any] = (await ask(entries, float(job.get("timeout_s") or 120))).to_dict()
-        call.record(result)
+    streaming = preview_store.settings()
+    preview = model_preview(job, streaming.interval_s) if streaming.enabled else None
+    result: dict[str, Any] = {"ok": False}
+    try:
+        with telemetry.model_call(job, requested_model()) as call:
+            result = (
+                await ask(
+                    entries,
+                    float(job.get("timeout_s") or 120),
+                    preview.update if preview is not None else None,
+                    streaming.planner_delay_s,
+                    job.get("tools") or None,
+                )
+            ).to_dict()
+            call.record(result)
+    finally:
+        if preview is not None:
+            # A failed call's partial text means nothing; a reply's preview stays until the
+            # commit of the response supersedes it (no gap in which neither is visible).
+            await preview.aclose(clear=not result["ok"])
     if result["ok"]:
         text = result["response"].get("content")
         result["content_ref"] = await asyncio.to_thread(_stored_if_long, text)

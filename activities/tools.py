@@ -32,8 +32,15 @@ line to the file ``AGENT_TOOL_LEDGER_FILE`` (default ``.durable/tool-ledger.txt`
 every run adds a line. ``send_notices`` does not run here: its execution is the
 ``send_notices`` sub-orchestration.
 
+Progress (``AGENT_PREVIEWS=on``): a running tool is shown as a preview under its tool task
+(``adapters.previews``, coalesced): ``running <name>`` when it starts, then whatever the tool
+reports through ``ToolEnv.progress``. Progress is never part of the result and is superseded
+when "tool completed" is committed.
+
 Crash points for tests: ``KERNEL_FAULTS="tool.after_effect[@n]"`` kills the process the n-th
 time a tool has run but its result is not yet in the record - the window the ledger exists for.
+``KERNEL_FAULTS="tool.raise.<tool>@n"`` makes that tool raise on its first n runs in this
+process (a ``tool_error``), for the retries and failure handlers of the catalogue.
 """
 
 from __future__ import annotations
@@ -53,11 +60,13 @@ from typing import Any
 
 import azure.durable_functions as df
 
+from adapters import previews as preview_store
 from adapters import telemetry
 from adapters.attempt_ledger import AttemptLedger, LeaseLost, attempt_state, default_ledger
 from adapters.content_store import default_store
 from entities import session_pages
 from kernel import calculator, tools
+from kernel import previews as preview_rules
 from kernel.turn_policy import replay_decision
 
 bp = df.Blueprint()
@@ -74,10 +83,16 @@ class Outcome:
 ToolFn = Callable[[dict[str, Any], "ToolEnv"], Awaitable[Outcome]]
 
 
+def _no_progress(text: str) -> None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class ToolEnv:
     session_id: str
     client: df.DurableOrchestrationClient
+    # What a running tool reports; a preview, lossy, never a result (see the module docstring).
+    progress: Callable[[str], None] = _no_progress
 
 
 @bp.activity_trigger(input_name="job")
@@ -116,7 +131,36 @@ async def _execute(job: dict[str, Any], client: df.DurableOrchestrationClient) -
         assert record is not None
         if not await asyncio.to_thread(ledger.take_over, key, owner, lease_s, record.owner):
             return {"status": "leased", "retry_after": 0.05}
-    return await _run(ledger, key, owner, lease_s, job, ToolEnv(job["session_id"], client))
+    progress = tool_progress(job)
+    env = ToolEnv(job["session_id"], client, progress.update if progress else _no_progress)
+    try:
+        return await _run(ledger, key, owner, lease_s, job, env)
+    finally:
+        if progress is not None:
+            await progress.aclose()  # superseded by the "tool completed" commit
+
+
+def tool_progress(job: dict[str, Any]) -> preview_store.PreviewWriter | None:
+    """The progress writer of this tool task (None when previews are off), already showing
+    that the tool runs."""
+    settings = preview_store.settings()
+    task = str(job.get("tool_task_id") or "")
+    submission_id = preview_rules.tool_preview_submission(task)
+    if not settings.enabled or submission_id is None:
+        return None
+    store = preview_store.open_store()
+    if store is None:
+        return None
+    writer = preview_store.PreviewWriter(
+        store,
+        session_id=job["session_id"],
+        task=task,
+        kind=preview_rules.TOOL_PROGRESS,
+        submission_id=submission_id,
+        interval_s=settings.interval_s,
+    )
+    writer.update(f"running {job['name']}")
+    return writer
 
 
 async def _run(
@@ -187,6 +231,7 @@ async def _call(name: str, arguments: dict[str, Any], env: ToolEnv) -> Outcome:
                 "message": f"no tool {name!r} runs here; known: {known}",
             }
         )
+    raise_point(f"tool.raise.{name}")
     return await run(arguments, env)
 
 
@@ -305,3 +350,12 @@ def crash_point(point: str) -> None:
         sys.stderr.write(f"fault injection: SIGKILL at {point}@{_FAULT_PLAN[point]}\n")
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def raise_point(point: str) -> None:
+    """Raise the first n times ``point`` is reached, if ``KERNEL_FAULTS`` plans ``point@n``."""
+    if point not in _FAULT_PLAN:
+        return
+    _faults_seen[point] += 1
+    if _faults_seen[point] <= _FAULT_PLAN[point]:
+        raise RuntimeError(f"injected failure {_faults_seen[point]} of {_FAULT_PLAN[point]}")

@@ -13,12 +13,19 @@ Configuration (app settings, read by ``ProviderConfig.from_settings``):
                                ``https://<resource>.openai.azure.com/openai/deployments/<name>``
 =============================  ============================================================
 
-``complete(config, request, timeout_s)`` returns a ``kernel.model_io`` envelope and never
-raises for provider trouble: 429 becomes ``rate_limited`` with the provider's ``Retry-After``
+``complete(config, request, timeout_s, on_text=None)`` returns a ``kernel.model_io`` envelope
+and never raises for provider trouble: 429 becomes ``rate_limited`` with the provider's ``Retry-After``
 (seconds or an HTTP date, or ``retry-after-ms``); 408, 409, 5xx and connection errors become
 ``transient``; a call that outlives ``timeout_s`` becomes ``timeout``; any other 4xx and an
 unusable reply become ``fatal``. The client never retries by itself (``max_retries=0``): retries
 are durable timers in the orchestrator, so a crash between attempts loses nothing.
+
+Streaming: with ``on_text`` the call asks for a streamed reply (``stream: true`` with
+``stream_options.include_usage``), calls ``on_text(text so far)`` whenever the text grows, and
+folds the chunks (``StreamAccumulator``) into the same reply a plain call returns, so the
+result - what enters a history - is the same either way. ``on_text`` is for previews only: it
+must not block, and what it is given is never a result. A stream cut off before its end is a
+``transient`` failure like a lost connection; the partial text is dropped with it.
 """
 
 from __future__ import annotations
@@ -28,8 +35,8 @@ import email.utils
 import json
 import math
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import openai
@@ -69,7 +76,15 @@ class ProviderConfig:
         )
 
 
-async def complete(config: ProviderConfig, request: ModelRequest, timeout_s: float) -> ModelResult:
+TextSink = Callable[[str], None]
+
+
+async def complete(
+    config: ProviderConfig,
+    request: ModelRequest,
+    timeout_s: float,
+    on_text: TextSink | None = None,
+) -> ModelResult:
     """One chat-completions call as an envelope; see the module docstring."""
     client = _client(config, timeout_s)
     try:
@@ -80,18 +95,106 @@ async def complete(config: ProviderConfig, request: ModelRequest, timeout_s: flo
         if request.tools:
             kwargs["tools"] = list(request.tools)
         # The client's own timeout covers each socket step; this bounds the whole call.
-        reply = await asyncio.wait_for(client.chat.completions.create(**kwargs), timeout_s)
-        return ModelSuccess(response_from_openai(reply.model_dump(), config.model))
+        if on_text is None:
+            reply = await asyncio.wait_for(client.chat.completions.create(**kwargs), timeout_s)
+            return ModelSuccess(response_from_openai(reply.model_dump(), config.model))
+        streamed = await asyncio.wait_for(_streamed(client, kwargs, on_text), timeout_s)
+        return ModelSuccess(response_from_openai(streamed, config.model))
     except (TimeoutError, openai.APITimeoutError):
         return ModelFailure(kind="timeout", message=f"no model reply within {timeout_s:g} s")
     except openai.APIStatusError as exc:
         return failure_from_status(exc.status_code, _headers(exc), _describe(exc))
     except openai.APIConnectionError as exc:
         return ModelFailure(kind="transient", message=f"cannot reach the model: {exc}")
+    except (openai.APIError, StreamCutError) as exc:
+        # An error event inside a stream, or a stream that broke off: nothing was received.
+        return ModelFailure(kind="transient", message=f"the model stream broke off: {exc}")
     except (ValueError, KeyError, TypeError) as exc:
         return ModelFailure(kind="fatal", message=f"unusable model reply: {exc}")
     finally:
         await client.close()
+
+
+class StreamCutError(Exception):
+    """A stream that ended without a finish reason: the reply is incomplete."""
+
+
+async def _streamed(
+    client: openai.AsyncOpenAI, kwargs: dict[str, Any], on_text: TextSink
+) -> dict[str, Any]:
+    stream = await client.chat.completions.create(
+        **kwargs, stream=True, stream_options={"include_usage": True}
+    )
+    folded = StreamAccumulator()
+    try:
+        async for chunk in stream:
+            if folded.add(chunk.model_dump()):
+                on_text(folded.text)
+    except openai.APIError:
+        raise
+    except Exception as exc:  # the transport's own errors: the connection broke mid-stream
+        raise StreamCutError(f"{type(exc).__name__}: {exc}") from exc
+    return folded.reply()
+
+
+@dataclass(slots=True)
+class StreamAccumulator:
+    """The chunks of a streamed chat completion folded into the reply dict of a plain call.
+
+    ``add(chunk)`` takes one chunk (as a dict) and says whether the text grew; ``reply()`` is
+    the whole reply once the stream ended (``StreamCutError`` without a finish reason). Only
+    choice 0 is read, as for a plain reply. Tool calls are assembled by their ``index``: the
+    first delta brings the id and the name, later ones append to the arguments."""
+
+    model: str | None = None
+    parts: list[str] = field(default_factory=list)
+    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def add(self, chunk: Mapping[str, Any]) -> bool:
+        self.model = chunk.get("model") or self.model
+        if chunk.get("usage"):
+            self.usage = dict(chunk["usage"])
+        grew = False
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self.parts.append(delta["content"])
+                grew = True
+            for call in delta.get("tool_calls") or ():
+                self._add_call(call)
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+        return grew
+
+    def _add_call(self, delta: Mapping[str, Any]) -> None:
+        call = self.calls.setdefault(
+            int(delta.get("index") or 0),
+            {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+        )
+        call["id"] = delta.get("id") or call["id"]
+        function = delta.get("function") or {}
+        call["function"]["name"] = function.get("name") or call["function"]["name"]
+        call["function"]["arguments"] += function.get("arguments") or ""
+
+    def reply(self) -> dict[str, Any]:
+        if self.finish_reason is None:
+            raise StreamCutError("the stream ended without a finish reason")
+        calls = [self.calls[i] for i in sorted(self.calls)]
+        message: dict[str, Any] = {"role": "assistant", "content": self.text or None}
+        if calls:
+            message["tool_calls"] = calls
+        return {
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
+            "usage": self.usage,
+        }
 
 
 def failure_from_status(status: int, headers: Mapping[str, str], message: str) -> ModelFailure:

@@ -3,8 +3,9 @@
 ``GET /api/sessions/{sessionId}/page`` is plain HTML (no build step, nothing from a CDN); its
 script (``GET /api/static/session.js``) reads the session id from the page's own path and
 follows the session through the JSON API alone: it reads the view, follows
-``changes?after=&wait=`` from the view's cursor, and re-reads the view whenever records
-arrive (or from scratch when the cursor expired). ``GET /api/openapi.yaml`` is
+``changes?after=&wait=&previews=`` from the view's cursor, re-reads the view whenever records
+arrive (or from scratch when the cursor expired), and shows the answers' previews (streamed
+model text, tool progress) after the entries, marked as previews, until their entries land. ``GET /api/openapi.yaml`` is
 docs/openapi.yaml (a deployment must include that file; .funcignore decides). Only the files
 named in ``STATIC`` are served.
 

@@ -20,11 +20,21 @@ view is the empty session at cursor 0 and the change stream waits from there.
 
 The session entity's state is a head (``kernel.pages``): the view shows what is recent, and the
 entries, change and submission reads reach older records through sealed pages on demand.
+
+Previews (``kernel.previews``, docs/turn.md "Streaming and previews"): every change answer
+carries the session's live previews (``previews``, each marked ``"preview": true``) and their
+``previewTag``; a reader that passes the tag it holds (``previews=<tag>``, or ``previews=`` for
+none) is answered early when the live previews differ from it, not only when records arrive.
+Previews are read from the preview store, never from the entity, and are judged against the
+state read after them, so an answer never shows an entry together with the preview it
+superseded; superseded previews are deleted by the reader that finds them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -33,11 +43,13 @@ import azure.durable_functions as df
 import azure.functions as func
 from azure.durable_functions.models.OrchestrationRuntimeStatus import OrchestrationRuntimeStatus
 
+from adapters import previews as preview_store
 from adapters.content_store import default_store
 from api import inputs, principals, purge
 from api.replies import failure, reply
 from entities import session_pages
 from kernel import content, ids
+from kernel import previews as preview_rules
 from kernel import session as core
 from kernel.errors import ConflictError, KernelError, NotFoundError
 from kernel.submissions import MAX_QUEUED_SUBMISSIONS
@@ -109,6 +121,7 @@ def submission_job(
         "request_id": submission.request_id,
         "submission_id": ids.submission_id(session_id, submission.request_id),
         **(owner or {}),
+        **submission.options,  # a loop run's tools and policy (agent_run applies them)
     }
     if content.needs_reference(submission.text):
         job["text_ref"] = default_store().put(submission.text)
@@ -228,23 +241,67 @@ async def get_entries(
     return reply(body)
 
 
+async def _judge(
+    store: preview_store.PreviewStore | None,
+    session_id: str,
+    listed: list[dict[str, Any]],
+    state: dict[str, Any] | None,
+    delete: bool,
+) -> list[dict[str, Any]]:
+    """The live previews of ``listed`` under ``state``. With ``delete`` (only when ``listed``
+    was read before ``state``) the superseded ones are deleted: their facts landed or cannot
+    land any more; a failed delete is left to the next reader."""
+    live, gone = preview_rules.split_live(listed, core.upgrade(state) if state else None)
+    if delete and store is not None:
+        for preview in gone:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(store.delete, session_id, preview["task"])
+    return live
+
+
 async def follow(
     client: df.DurableOrchestrationClient,
     session_id: str,
     query: inputs.ChangesQuery,
     who: principals.Caller = principals.ANYONE,
-) -> tuple[int, list[dict[str, Any]]]:
-    """(latest cursor, records after ``query.after``), waiting up to ``query.wait`` seconds
-    for at least one record. Re-reads the stored state every ``POLL_SECONDS``; holds no lock."""
+    seen: str | None = None,
+) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
+    """(latest cursor, records after ``query.after``, live previews), waiting up to
+    ``query.wait`` seconds for at least one record - or, with ``seen`` (a preview tag), for
+    live previews whose tag differs from it. Re-reads the stored state every
+    ``POLL_SECONDS``; holds no lock.
+
+    Whatever the order of the two reads, no answer shows an entry together with the preview it
+    superseded: the state that holds the entry is the state that judges the preview. Only the
+    clean-up needs an order: a preview is written after its task was committed, so when the
+    store is listed *before* the state is read (as for a reader that follows previews), a
+    listed preview's task is in that state, and one judged superseded really is."""
+    store = preview_store.open_store()
     deadline = time.monotonic() + query.wait
     for _ in range(int(query.wait / POLL_SECONDS) + 2):
+        following = seen is not None
+        listed = await _list(store, session_id) if following else []
         state = await current_state(client, session_id, who)
         records = core.changes_after(state, query.after, query.limit, session_pages.load_page)
         left = deadline - time.monotonic()
-        if records or left <= 0:
-            return state["cursor"], records
+        if not following and (records or left <= 0):
+            listed = await _list(store, session_id)  # the answer carries them all the same
+        live = await _judge(store, session_id, listed, state, delete=following)
+        moved = following and preview_rules.preview_tag(live) != seen
+        if records or moved or left <= 0:
+            break
         await asyncio.sleep(min(POLL_SECONDS, left))
-    return state["cursor"], records
+    return state["cursor"], records, live
+
+
+async def _list(store: preview_store.PreviewStore | None, session_id: str) -> list[dict[str, Any]]:
+    if store is None:
+        return []
+    try:
+        return await asyncio.to_thread(store.list, session_id)
+    except Exception as exc:  # noqa: BLE001 - previews are lossy: an answer goes out without them
+        logging.getLogger(__name__).warning("previews of %s not read: %s", session_id, exc)
+        return []
 
 
 @bp.route(route="sessions/{sessionId}/changes", methods=["GET"], auth_level=LEVEL)
@@ -255,7 +312,10 @@ async def get_changes(
     try:
         session_id = inputs.session_id(req.route_params.get("sessionId"))
         query = inputs.changes_query(req.params)
-        latest, records = await follow(client, session_id, query, principals.caller(req))
+        seen = preview_rules.parse_tag(req.params.get("previews"))
+        latest, records, live = await follow(
+            client, session_id, query, principals.caller(req), seen
+        )
     except KernelError as exc:
         return failure(exc)
     cursor = records[-1]["cursor"] if records else query.after
@@ -266,6 +326,8 @@ async def get_changes(
             "cursor": cursor,
             "latest": latest,
             "changes": records,
+            "previews": live,
+            "previewTag": preview_rules.preview_tag(live),
         }
     )
 
@@ -326,4 +388,7 @@ async def delete_session(
         purged = await purge.delete_session(client, session_id, read_state)
     except KernelError as exc:
         return failure(exc)
+    store = preview_store.open_store()
+    if store is not None:  # nothing reads a deleted session's previews any more
+        await asyncio.to_thread(store.clear, session_id)
     return reply({"sessionId": session_id, "deleted": True, "instancesPurged": purged})

@@ -3,8 +3,10 @@ show its progress live from the session's change stream.
 
 The request exercises the whole kernel: a calculator round, a document write, and the
 five-notices workflow against the real mail service. Progress lines come from
-``GET /api/sessions/{id}/changes?after=&wait=`` (long polling on the committed change log),
-so what you see is exactly what was made durable, in order. ``--exit`` stops when the
+``GET /api/sessions/{id}/changes?after=&wait=&previews=`` (long polling on the committed change
+log), so what you see is exactly what was made durable, in order - and, marked ``preview``, the
+answer as the model streams it and the tools while they run: previews (``AGENT_PREVIEWS=on``;
+the offline planner streams word by word), shown as they arrive and never recorded. ``--exit`` stops when the
 submission is final (used by tests); otherwise the host keeps serving until Ctrl-C, and the
 session page stays open at the printed URL.
 """
@@ -103,11 +105,20 @@ def describe(item: dict[str, Any], view: dict[str, Any]) -> str | None:
     return None
 
 
+def describe_preview(preview: dict[str, Any]) -> str:
+    """One line for a preview: where it is and the end of its text so far."""
+    text = " / ".join(line.strip() for line in preview["text"].splitlines() if line.strip())
+    text = text if len(text) <= 70 else "..." + text[-67:]
+    what = "streaming" if preview["kind"] == "model_text" else "running"
+    return f"  preview {task_label(preview['task']):<33} {what:<11} {text}"
+
+
 def follow(base: str, session_id: str, submission_id: str, deadline: float) -> dict[str, Any]:
-    cursor = 0
+    cursor, tag, shown = 0, "", ""
     while time.monotonic() < deadline:
         status, page = http(
-            "GET", f"{base}/api/sessions/{session_id}/changes?after={cursor}&wait=20"
+            "GET",
+            f"{base}/api/sessions/{session_id}/changes?after={cursor}&wait=20&previews={tag}",
         )
         if status == 404:
             time.sleep(0.1)  # the session entity is created by the first commit
@@ -115,6 +126,7 @@ def follow(base: str, session_id: str, submission_id: str, deadline: float) -> d
         if status != 200:
             raise SystemExit(f"change stream failed: {status} {page}")
         records = page.get("changes", page) if isinstance(page, dict) else page
+        tag = page.get("previewTag", "")
         if records:
             _, view = http("GET", f"{base}/api/sessions/{session_id}")
             for record in records:
@@ -123,6 +135,11 @@ def follow(base: str, session_id: str, submission_id: str, deadline: float) -> d
                     if line:
                         print(line, flush=True)
                 cursor = record["cursor"]
+        for preview in page.get("previews", []):  # after the records they were judged against
+            line = describe_preview(preview)
+            if line != shown:  # the text grew (or another task reports)
+                print(line, flush=True)
+                shown = line
         _, sub = http("GET", f"{base}/api/sessions/{session_id}/submissions/{submission_id}")
         if sub and sub.get("status") in FINAL:
             return sub
@@ -158,6 +175,10 @@ def main() -> int:
             "AGENT_CONTENT_DIR": str(state / "content"),
             "AGENT_LEDGER_DIR": str(state / "ledger"),
             "AGENT_TOOL_LEDGER_FILE": str(state / "tool-ledger.txt"),
+            # Stream the answer as a preview: the offline planner sends it word by word.
+            "AGENT_PREVIEWS": "on",
+            "AGENT_PREVIEW_DIR": str(state / "previews"),
+            "AGENT_PLANNER_STREAM_DELAY_MS": "80",
         }
     )
     host, base = spawn(

@@ -7,9 +7,12 @@ activities, commits).
 Contract:
 * ``TurnLimits.from_settings(app_settings)`` reads ``AGENT_<FIELD>`` settings (``AGENT_MAX_ROUNDS``,
   ``AGENT_MODEL_TIMEOUT_S``, ``AGENT_APPROVAL_TIMEOUT_S``, ``AGENT_ATTENTION_TIMEOUT_S``,
-  ``AGENT_MAX_CONCURRENT_MODEL_CALLS``, ``AGENT_TOOL_LEASE_S`` ...) with defaults; a bad value
-  raises ``TurnSettingsError`` naming the setting. ``to_dict``/``from_dict`` carry limits
-  through orchestration input as JSON.
+  ``AGENT_MAX_CONCURRENT_MODEL_CALLS``, ``AGENT_TOOL_LEASE_S``, ``AGENT_MODEL_BACKGROUND`` ...)
+  with defaults; a bad value raises ``TurnSettingsError`` naming the setting.
+  ``to_dict``/``from_dict`` carry limits through orchestration input as JSON.
+  ``with_policy(policy)`` lays one run's own policy (a loop's ``policy``: field names as in
+  ``to_dict``) over them; an unknown field, or one of ``DEPLOYMENT_ONLY``, raises
+  ``TurnSettingsError`` naming it.
 * ``next_retry_delay(attempt, result, limits)``: seconds to wait before the next model attempt,
   or None when there must be none (success, ``fatal``, or ``max_model_attempts`` used up).
   The delay is ``base * 2**(attempt-1)`` capped at ``max_backoff_s``, except that a
@@ -42,6 +45,9 @@ from kernel.model_io import (
 from kernel.tools import ToolPolicy
 
 SETTING_PREFIX = "AGENT_"
+# Bounds shared by every run of the deployment: one run's policy cannot change them (the
+# model-call semaphore's limit is global, a run asking for more would raise it for all).
+DEPLOYMENT_ONLY = frozenset({"max_concurrent_model_calls"})
 
 AttemptState = Literal["absent", "completed", "leased", "expired"]
 ReplayDecision = Literal["run", "wait", "interrupted", "reuse_result"]
@@ -82,12 +88,23 @@ class TurnLimits:
     max_concurrent_model_calls: int = 4
     # Lease of a tool attempt record; a running tool renews it, a crashed one lets it expire.
     tool_lease_s: float = 30.0
+    # 1: model calls are background requests (a handle, then durable polls; docs/turn.md).
+    model_background: int = 0
+    # Background polls: the first waits model_poll_s, each next one twice as long up to
+    # model_max_poll_s; a request unanswered after model_background_timeout_s is cancelled.
+    model_poll_s: float = 2.0
+    model_max_poll_s: float = 30.0
+    model_background_timeout_s: float = 3600.0
 
     def __post_init__(self) -> None:
         for spec in fields(self):
             _check_limit(spec.name, getattr(self, spec.name), integer=_is_whole(spec))
         if self.base_backoff_s > self.max_backoff_s:
             raise TurnSettingsError("base_backoff_s", "must not exceed the maximum backoff")
+        if self.model_background not in (0, 1):
+            raise TurnSettingsError("model_background", "must be 0 (off) or 1 (on)")
+        if self.model_poll_s > self.model_max_poll_s:
+            raise TurnSettingsError("model_poll_s", "must not exceed the maximum poll interval")
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, object]) -> TurnLimits:
@@ -101,6 +118,18 @@ class TurnLimits:
 
     def to_dict(self) -> dict[str, int | float]:
         return asdict(self)
+
+    def with_policy(self, policy: Mapping[str, object] | None) -> TurnLimits:
+        """These limits with a run's own policy laid over them (None or empty: unchanged)."""
+        if not policy:
+            return self
+        known = {spec.name for spec in fields(self)} - DEPLOYMENT_ONLY
+        for name in sorted(policy):
+            if name not in known:
+                raise TurnSettingsError(
+                    name, f"not a turn policy field; use {', '.join(sorted(known))}"
+                )
+        return TurnLimits.from_dict({**self.to_dict(), **policy})
 
     @classmethod
     def _build(cls, source: Mapping[str, object], key_of: Callable[[str], str]) -> TurnLimits:
@@ -213,8 +242,9 @@ def _check_limit(name: str, value: object, *, integer: bool) -> None:
         raise TurnSettingsError(name, f"must be {_kind(integer)}, not {value!r}")
     if not math.isfinite(value) or value < 0:
         raise TurnSettingsError(name, f"must be finite and not negative, not {value!r}")
-    # Zero base backoff means "retry at once", which tests and local runs want.
-    if value == 0 and name != "base_backoff_s":
+    # Zero base backoff means "retry at once", which tests and local runs want; zero
+    # model_background is "off".
+    if value == 0 and name not in ("base_backoff_s", "model_background"):
         raise TurnSettingsError(name, "must be greater than 0")
 
 

@@ -13,6 +13,9 @@ Phases (custom status ``{"phase", "round", ...}``; task record ``round`` under t
    reference (session id + submission id, never the transcript), release the slot. Failures
    come back as envelopes; ``kernel.turn_policy.next_retry_delay`` decides the durable timer
    before the next attempt (backoff, the provider's Retry-After, no retry for fatal errors).
+   With ``limits.model_background`` (``AGENT_MODEL_BACKGROUND=1``) the call is a background
+   request instead (``orchestrators/model_wait.py``): submitted under the slot, then polled on
+   durable timers without it; a cancel while it waits stops the round as ``cancelled``.
 3. commit: one commit holds the model response (the assistant entry, with token usage) and the
    tool tasks it asks for, before any tool runs; ``check_guards`` may stop the turn instead.
 4. tools: one ``tool_task`` sub-orchestration per call (id ``kernel.ids.tool_task_id``); they
@@ -33,6 +36,7 @@ from kernel import ids, task_types
 from kernel.model_io import ModelResponse
 from kernel.statuses import FINAL_SUBMISSION_STATUSES, SubmissionStatus, TaskStatus
 from kernel.turn_policy import TurnLimits, check_guards, next_retry_delay
+from orchestrators import model_wait
 from orchestrators.steps import (
     child_version,
     error_text,
@@ -60,6 +64,9 @@ class Round:
     limits: TurnLimits
     entity: df.EntityId
     tokens: int
+    # The round's one wait on its cancel event (background calls only): a second wait on the
+    # same name would leave the first, abandoned, to swallow the event.
+    cancel: Any = None
 
     @classmethod
     def of(cls, round_id: str, job: dict[str, Any]) -> Round:
@@ -94,6 +101,8 @@ def agent_round(context: df.DurableOrchestrationContext) -> Generator[Any, Any, 
     if ended is not None:
         return ended
     reply, gave_up_at = yield from request(context, rnd)
+    if reply.get("cancelled"):  # only a background call (model_wait) answers this
+        return rnd.stop(SubmissionStatus.CANCELLED, reply["message"])
     if not reply["ok"]:
         facts = {"attempts": gave_up_at} if gave_up_at else {}
         return rnd.attention(
@@ -161,9 +170,12 @@ def request(context: df.DurableOrchestrationContext, rnd: Round) -> Gen:
         holder = f"{rnd.round_id}:{model_attempt}"
         yield from take_slot(context, rnd, holder)
         set_status(context, "request", round=rnd.number, attempt=model_attempt)
-        reply = yield from call_model(context, rnd, model_attempt)
-        yield from release_slot(context, holder)
-        if reply["ok"]:
+        if limits.model_background:
+            reply = yield from background_call(context, rnd, model_attempt, holder)
+        else:
+            reply = yield from call_model(context, rnd, model_attempt)
+            yield from release_slot(context, holder)
+        if reply["ok"] or reply.get("cancelled"):
             break
         delay = next_retry_delay(model_attempt, reply, limits)
         if delay is None:
@@ -208,22 +220,43 @@ def take_slot(context: df.DurableOrchestrationContext, rnd: Round, holder: str) 
 
 def call_model(context: df.DurableOrchestrationContext, rnd: Round, model_attempt: int) -> Gen:
     """The ``call_model`` activity; its envelope (an activity crash is a transient failure)."""
-    sub_id, job = rnd.submission_id, rnd.job
     try:
-        return (
-            yield context.call_activity(
-                "call_model",
-                {
-                    "session_id": job["session_id"],
-                    "submission_id": sub_id,
-                    "attempt_key": f"{job['nonce']}:{sub_id}:model:{rnd.number}.{job['attempt']}"
-                    f":{model_attempt}",
-                    "timeout_s": rnd.limits.model_timeout_s,
-                },
-            )
-        )
+        return (yield context.call_activity("call_model", model_job(rnd, model_attempt)))
     except Exception as exc:  # noqa: BLE001 - an activity crash is a transient failure
         return {"ok": False, "kind": "transient", "message": str(exc)[:500]}
+
+
+def model_job(rnd: Round, model_attempt: int) -> dict[str, Any]:
+    """The input of a model-call activity: references only, never the transcript."""
+    sub_id, job = rnd.submission_id, rnd.job
+    return {
+        "session_id": job["session_id"],
+        "submission_id": sub_id,
+        "attempt_key": f"{job['nonce']}:{sub_id}:model:{rnd.number}.{job['attempt']}"
+        f":{model_attempt}",
+        "timeout_s": rnd.limits.model_timeout_s,
+        **({"tools": job["tools"]} if "tools" in job else {}),  # a loop run's tools
+    }
+
+
+def background_call(
+    context: df.DurableOrchestrationContext, rnd: Round, model_attempt: int, holder: str
+) -> Gen:
+    """A background model call (``orchestrators/model_wait.py``): the slot is held only while
+    the request is submitted, since the wait for its answer can outlast any slot lease."""
+    job = model_job(rnd, model_attempt)
+    submitted = yield from model_wait.submit(context, job)
+    yield from release_slot(context, holder)
+    if not submitted["ok"]:
+        return submitted
+    if rnd.cancel is None:
+        rnd.cancel = context.wait_for_external_event(f"cancel:{rnd.round_id}")
+    schedule = model_wait.PollSchedule.of(rnd.limits)
+    return (
+        yield from model_wait.wait(
+            context, job, submitted, schedule, rnd.cancel, round=rnd.number, attempt=model_attempt
+        )
+    )
 
 
 def release_slot(context: df.DurableOrchestrationContext, holder: str) -> Gen:
@@ -377,6 +410,8 @@ def start_tool_task(
             "call": call,
             "limits": job["limits"],
             "approval_links": True,  # tool_task mails approval links (not to older tasks)
+            "declarations": True,  # and applies the tools' limits and retries (idem)
+            **({"tools": job["tools"]} if "tools" in job else {}),  # a loop run's tools
         },
         ids.tool_task_id(rnd.submission_id, rnd.number, index),
         version=child_version(context),

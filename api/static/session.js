@@ -1,7 +1,10 @@
 // The live session page: reads the session view, then follows the change stream from the
 // view's cursor (changes?after=&wait=) and re-reads the view whenever records arrive. A cursor
 // that fell off the log (410) or a lost connection starts over from the view, so the page
-// never misses a change and never needs a reload. No framework, no build step.
+// never misses a change and never needs a reload. Previews (streamed model text, tool progress)
+// come with every change answer; the page passes the tag of the previews it shows, so it is
+// woken when they change, and shows them after the entries, marked as previews, until the
+// entry that supersedes them arrives. No framework, no build step.
 "use strict";
 
 (function () {
@@ -27,6 +30,8 @@
   let followCursor = null; // the "after" of the next change request; null: read the view first
   let sessionCreatedAt = null; // a deleted and recreated session starts its cursors over
   const shownChanges = [];
+  let previewTag = ""; // the tag of the previews shown; "" for none
+  let previews = [];
 
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
@@ -70,13 +75,37 @@
     return el("pre", {}, JSON.stringify(entry.data, null, 1));
   }
 
+  let shownEntries = [];
+
   function renderEntries(view) {
-    const list = $("entries");
-    list.replaceChildren(...view.entries.map((entry) =>
+    shownEntries = view.entries.map((entry) =>
       el("li", { "data-n": entry.n, "data-role": entry.role },
         el("span", { class: "entry-role" }, entry.role),
         entry.conversation !== "main" ? el("span", { class: "muted" }, `[${entry.conversation}] `) : null,
-        entryBody(entry))));
+        entryBody(entry)));
+    renderPreviews();
+  }
+
+  function renderPreviews() {
+    const items = previews.map((preview) => {
+      const model = preview.kind === "model_text";
+      return el("li", {
+        class: "preview", "data-preview-task": preview.task, "data-preview-kind": preview.kind,
+        "data-seq": preview.seq, "data-role": model ? "assistant" : "tool",
+      },
+      el("span", { class: "entry-role" }, model ? "assistant" : "tool"),
+      el("span", { class: "badge preview" }, model ? "streaming" : "running"), " ",
+      el("span", { class: "preview-text" }, preview.text + (preview.truncated ? " …" : "")));
+    });
+    $("entries").replaceChildren(...shownEntries, ...items);
+    document.body.dataset.previewTag = previewTag;
+  }
+
+  function setPreviews(page) {
+    if (page.previewTag === previewTag) return;
+    previewTag = page.previewTag;
+    previews = page.previews || [];
+    renderPreviews();
   }
 
   function renderSubmissions(view) {
@@ -100,8 +129,10 @@
     function node(task) {
       seen.add(task.id);
       const kids = (task.children || []).filter((id) => tasks[id] && !seen.has(id)).map((id) => node(tasks[id]));
-      return el("li", { "data-task": task.id, "data-status": task.status, "data-phase": task.phase || "" },
+      return el("li", { "data-task": task.id, "data-status": task.status, "data-phase": task.phase || "", "data-tier": task.tier || "" },
         el("code", { title: task.id }, task.kind), " ", badge(task.status),
+        // how far a task under a failure policy got: ok, retried, handled, needs_attention
+        task.tier ? el("span", { class: "tier", title: "failure tier" }, ` [${task.tier}]`) : null,
         task.phase ? el("span", { class: "muted" }, ` ${task.phase}`) : null,
         task.reason ? el("span", { class: "muted" }, ` — ${task.reason}`) : null,
         el("div", { class: "muted" }, el("small", {}, task.id)),
@@ -177,7 +208,8 @@
       setFollowCursor(view.cursor);
       document.body.dataset.followedFrom = view.cursor;
     }
-    const url = `${sessionUrl}/changes?after=${followCursor}&wait=${WAIT_SECONDS}`;
+    const url = `${sessionUrl}/changes?after=${followCursor}&wait=${WAIT_SECONDS}` +
+      `&previews=${encodeURIComponent(previewTag)}`;
     const response = await api(url);
     if (response.status === 410 || response.status === 404) {
       setFollowCursor(null); // start over from the view
@@ -189,7 +221,13 @@
     if (page.changes.length) {
       addChanges(page.changes);
       setFollowCursor(page.cursor);
+      // The previews go with the view they were judged against: set them before the entries
+      // are drawn, so a superseded preview is never drawn next to its entry.
+      previews = page.previews || [];
+      previewTag = page.previewTag;
       await readView();
+    } else {
+      setPreviews(page);
     }
     return 0;
   }

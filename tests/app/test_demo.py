@@ -11,6 +11,7 @@ from tests.harness import ROOT
 def test_demo_completes_and_sends_each_notice_once(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "demo", "--exit", "--port", "0", "--state-dir", str(tmp_path)],
+        check=False,
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -19,6 +20,10 @@ def test_demo_completes_and_sends_each_notice_once(tmp_path):
 
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "submission completed" in result.stdout
-    assert "(17 + 25) * 2 = 84" in result.stdout
-    assert result.stdout.count(": confirmed") == 5
+    answer = result.stdout.split("submission completed:", 1)[1]
+    assert "(17 + 25) * 2 = 84" in answer
+    assert answer.count(": confirmed") == 5
     assert '"alice@example.com": 1' in result.stdout
+    # The answer was streamed: the change stream showed it growing as a preview first.
+    streamed = [line for line in result.stdout.splitlines() if " streaming " in line]
+    assert streamed and streamed[0].split("streaming", 1)[1].strip().startswith("(17")

@@ -25,6 +25,7 @@ from typing import Any
 
 from kernel import ids
 from services.mailbox.testing import start_mailbox, stop_mailbox
+from tests.app.responses_server import ResponsesServer
 from tests.app.turn_support import (
     ModelServer,
     run_id,
@@ -33,7 +34,7 @@ from tests.app.turn_support import (
     wait_final,
     wait_phase,
 )
-from tests.harness import ROOT, HostProcess
+from tests.harness import ROOT, WEBHOOK, HostProcess
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 
@@ -201,6 +202,40 @@ def record_notices(model: ModelServer, out: Path) -> None:
             stop_mailbox(mailbox)
 
 
+def record_background(model: ModelServer, out: Path) -> None:
+    """Background model calls (``AGENT_MODEL_BASE_URL`` a local Responses server)."""
+    server = ResponsesServer().start()
+
+    def answered(host: HostProcess, model: ModelServer) -> dict[str, str]:
+        sub = submit(host, "golden-background", "what is 5+5")
+        wait_final(host, "golden-background", sub)
+        return {"agent_round.background": f"{run_id('golden-background', sub)}:round-1"}
+
+    def cancelled(host: HostProcess, model: ModelServer) -> dict[str, str]:
+        held = server.hold()
+        sub = submit(host, "golden-bg-cancel", "hello there")
+        held.polled.wait(20)
+        host.post(
+            f"{WEBHOOK}/entities/session/golden-bg-cancel?op=cancel",
+            {"submission_id": sub, "reason": "golden"},
+        )
+        wait_final(host, "golden-bg-cancel", sub)
+        held.release()
+        return {"agent_round.background_cancel": f"{run_id('golden-bg-cancel', sub)}:round-1"}
+
+    env = {
+        "AGENT_MODEL_BASE_URL": server.base_url,
+        "AGENT_MODEL_BACKGROUND": "1",
+        "AGENT_MODEL_POLL_S": "0.1",
+        "AGENT_MODEL_MAX_POLL_S": "0.2",
+    }
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            run([answered, cancelled], model, env, Path(tmp), out)
+    finally:
+        server.stop()
+
+
 def json_request(url: str, body: Any) -> Any:
     request = urllib.request.Request(
         url, json.dumps(body).encode(), {"Content-Type": "application/json"}, method="POST"
@@ -230,6 +265,7 @@ def main() -> int:
                 out,
             )
         record_notices(model, out)
+        record_background(model, out)
     finally:
         model.stop()
     return 0
