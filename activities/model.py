@@ -34,7 +34,7 @@ import os
 import re
 import socket
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import azure.durable_functions as df
 
@@ -191,7 +191,7 @@ async def call_model(job: dict[str, Any], client: df.DurableOrchestrationClient)
             # commit of the response supersedes it (no gap in which neither is visible).
             await preview.aclose(clear=not result["ok"])
     if result["ok"]:
-        text = result["response"].get("content")
+        text = cast(dict[str, Any], result["response"]).get("content")
         result["content_ref"] = await asyncio.to_thread(_stored_if_long, text)
         owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
         await asyncio.to_thread(ledger.create, key, owner, float(job.get("timeout_s") or 120))

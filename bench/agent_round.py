@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.kernel_client import kernel_env, run_id, submit, wait_final  # noqa: E402
-from durable_host.testing import HostProcess  # noqa: E402
+from bench.kernel_client import kernel_env, run_id, submit, wait_final
+from durable_host.testing import HostProcess
 
 
 def counters(host: HostProcess) -> dict[str, int]:

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from adapters.attempt_ledger import (  # noqa: E402
+from adapters.attempt_ledger import (
     AttemptLedger,
     BlobAttemptLedger,
     FileAttemptLedger,

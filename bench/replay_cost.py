@@ -28,11 +28,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from durable_host import config as config_mod  # noqa: E402
-from durable_host import loader  # noqa: E402
-from durable_host.client import DurableClient  # noqa: E402
-from durable_host.engine import Engine  # noqa: E402
-from durable_host.store.sqlite import SqliteStore  # noqa: E402
+from durable_host import config as config_mod
+from durable_host import loader
+from durable_host.client import DurableClient
+from durable_host.engine import Engine
+from durable_host.store.sqlite import SqliteStore
 
 APP = ROOT / "tests" / "apps" / "parity"
 PHASES = ("attempt", "load", "replay", "commit")

@@ -47,10 +47,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import host_bench  # noqa: E402
-import replay_cost  # noqa: E402
+import host_bench
+import replay_cost
 
-from durable_host.testing import WEBHOOK, HostProcess, wait_for  # noqa: E402
+from durable_host.testing import WEBHOOK, HostProcess, wait_for
 
 BENCH_VENV = ROOT / ".venv-bench"
 FULL = {"chain": 200, "fan_out": 1000, "many": 500, "calls": 100, "lengths": "10,100,1000"}

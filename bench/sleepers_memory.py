@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from durable_host.testing import WEBHOOK, HostProcess, wait_for  # noqa: E402
+from durable_host.testing import WEBHOOK, HostProcess, wait_for
 
 APP = ROOT / "bench" / "app"
 
