@@ -11,11 +11,21 @@ from activities import (
     mail,
     model,
     notice_session,
+    skills,
     tools,
 )
 from api import approval_links, loops, operator, pages, sessions
+from api import skills as skill_routes
 from entities import limiter, semaphore, session
-from orchestrators import agent_loop, agent_round, agent_run, agent_turn, notices, tool_task
+from orchestrators import (
+    agent_loop,
+    agent_round,
+    agent_run,
+    agent_turn,
+    notices,
+    skill_run,
+    tool_task,
+)
 
 # Every route declares its level; the default covers any route added without one.
 app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
@@ -45,5 +55,9 @@ for blueprint in (
     loops.bp,
     # Declared per-key limits of tools (docs/loops.md).
     limiter.bp,
+    # Skills as data (docs/skills.md).
+    skill_run.bp,
+    skills.bp,
+    skill_routes.bp,
 ):
     app.register_functions(blueprint)
