@@ -79,7 +79,7 @@ class ToolStep(_Step):
     kind: Literal["tool"]
     tool: Annotated[str, Field(min_length=1, max_length=64)]
     arguments: dict[str, Any] = Field(default_factory=dict)
-    retry: Retry = Field(default_factory=Retry)
+    retry: Retry = Field(default_factory=lambda: Retry.model_validate({}))
     # None: the tool's own policy. A step may only narrow it ("unsafe": never re-run blindly).
     replay: Literal["safe", "unsafe"] | None = None
 
@@ -87,7 +87,7 @@ class ToolStep(_Step):
 class ModelStep(_Step):
     kind: Literal["model"]
     prompt: Annotated[str, Field(min_length=1, max_length=8000)]
-    retry: Retry = Field(default_factory=Retry)
+    retry: Retry = Field(default_factory=lambda: Retry.model_validate({}))
 
 
 class EventStep(_Step):
@@ -133,7 +133,7 @@ class Skill(_Strict):
         return self.model_dump(mode="json", by_alias=True)
 
 
-_STEP = TypeAdapter(Step)
+_STEP: TypeAdapter[Any] = TypeAdapter(Step)
 
 
 # --- problems --------------------------------------------------------------------------------
@@ -332,7 +332,8 @@ def _tool_problems(path: str, step: ToolStep) -> list[Problem]:
         return problems
     valid, checked = tools.validate_call(step.tool, step.arguments)
     if not valid:
-        for problem in checked.get("problems") or []:
+        listed: Any = checked.get("problems") or []
+        for problem in listed:
             field = problem.get("field")
             where = f"{path}.arguments" + (f".{field}" if field and field != "arguments" else "")
             problems.append(Problem(where, str(problem.get("message"))))

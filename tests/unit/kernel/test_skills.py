@@ -237,7 +237,9 @@ def test_the_file_registry_stores_versions_once(tmp_path: Path) -> None:
 
 
 def test_run_rules() -> None:
-    policy = skills.Retry(max_attempts=3, first_retry_s=1, backoff=2, max_retry_s=3)
+    policy = skills.Retry.model_validate(
+        {"maxAttempts": 3, "firstRetryS": 1, "backoff": 2, "maxRetryS": 3}
+    )
     parsed = skills.parse(
         skill(
             tool("a", expression="1"),
@@ -269,7 +271,8 @@ def test_register_skill_is_a_tool_that_needs_approval_and_names_every_problem() 
 
     assert (spec.policy, spec.requires_approval) == ("safe", True)
     assert ok and not bad
-    assert [p["field"] for p in error["problems"]] == [
+    listed: Any = error["problems"]
+    assert [p["field"] for p in listed] == [
         "skill.steps[0].arguments.expression",
         "skill.steps[1].id",
     ]
