@@ -8,9 +8,10 @@ import sys
 from tests.harness import ROOT
 
 
-def test_demo_completes_and_sends_each_notice_once(tmp_path):
+def test_demo_completes_sends_each_notice_once_and_runs_a_registered_skill(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "demo", "--exit", "--port", "0", "--state-dir", str(tmp_path)],
+        check=False,
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -22,3 +23,8 @@ def test_demo_completes_and_sends_each_notice_once(tmp_path):
     assert "(17 + 25) * 2 = 84" in result.stdout
     assert result.stdout.count(": confirmed") == 5
     assert '"alice@example.com": 1' in result.stdout
+    assert "skill onboard-customer v1 registered" in result.stdout
+    assert "skill run completed on v1" in result.stdout
+    assert "welcome ACME: 3 seats, fee 36" in result.stdout
+    ledger = (tmp_path / "tool-ledger.txt").read_text().splitlines()
+    assert ledger == ["account opened for ACME", "welcome ACME: 3 seats, fee 36"]
