@@ -156,6 +156,7 @@ def test_a_registered_skill_runs_its_tool_event_timer_join_and_model_steps(host)
     )
     assert ledger_lines(host)[-2:] == ["account for ACME", "welcome ACME, fee 36"]
     assert duplicate.status == 200 and duplicate.json()["duplicate"] is True
+    assert host.status(run["instanceId"])["runtimeStatus"] == "Completed"  # an ordinary task
     listed = host.get("/api/skills").json()["skills"]
     assert {"name": "onboard", "latest": 1, "versions": [1]}.items() <= next(
         s for s in listed if s["name"] == "onboard"
@@ -424,3 +425,51 @@ def test_sigkill_mid_run_then_restart_completes_with_each_tool_step_run_once(cra
     # again; the others ran once each.
     assert done["steps"]["one"]["reused"] is True
     assert [done["steps"][s]["runs"] for s in ("two", "three")] == [1, 1]
+
+
+def test_bad_requests_are_named_and_change_nothing(host):
+    register(host, onboarding("strict"))
+    run = start(host, "strict", "r1", {"customer": "Pat"})
+    wait_run(host, "strict", run["runId"], "waiting")
+    runs = f"/api/skills/strict/runs/{run['runId']}"
+
+    cases = {
+        "invalid_json": host.post("/api/skills", raw=b"{not json"),
+        "invalid_skill_name": host.get("/api/skills/Not_Lower"),
+        "invalid_version": host.get("/api/skills/strict/versions/first"),
+        "skill_not_found": host.post("/api/skills/nosuch/runs", {"requestId": "r1"}),
+        "unknown_field": host.post("/api/skills/strict/runs", {"requestId": "r2", "when": 1}),
+        "invalid_input": host.post("/api/skills/strict/runs", {"requestId": "r3", "input": 5}),
+        "version_not_found": host.post(
+            "/api/skills/strict/runs", {"requestId": "r4", "input": {"customer": "x"}, "version": 7}
+        ),
+        "run_not_found": host.get("/api/skills/strict/runs/no-such-run"),
+        "event_not_found": host.post(f"{runs}/events/unexpected", {}),
+        "step_not_found": host.post(
+            f"{runs}/approvals/account", {"requestId": "a1", "decision": "approve"}
+        ),
+        "invalid_decision": host.post(
+            f"{runs}/approvals/account", {"requestId": "a1", "decision": "maybe"}
+        ),
+    }
+
+    assert {code: (r.status, r.json()["error"]) for code, r in cases.items()} == {
+        "invalid_json": (400, "invalid_json"),
+        "invalid_skill_name": (400, "invalid_skill_name"),
+        "invalid_version": (400, "invalid_version"),
+        "skill_not_found": (404, "skill_not_found"),
+        "unknown_field": (400, "unknown_field"),
+        "invalid_input": (400, "invalid_input"),
+        "version_not_found": (404, "version_not_found"),
+        "run_not_found": (404, "run_not_found"),
+        "event_not_found": (404, "event_not_found"),
+        "step_not_found": (404, "step_not_found"),
+        "invalid_decision": (400, "invalid_decision"),
+    }
+    assert all(r.json()["message"] for r in cases.values())
+    assert host.get("/api/skills/strict").json()["versions"] == [1]
+    assert [r["runId"] for r in host.get("/api/skills/strict/runs").json()["runs"]] == [
+        run["runId"]
+    ]
+    assert run_view(host, "strict", run["runId"])["status"] == "waiting"
+    host.post(f"{runs}/cancel")
