@@ -388,10 +388,14 @@ async def decide_run_approval(
         if not isinstance(step, skills.ApprovalStep):
             raise NotFoundError("step_not_found", f"no approval step {step_id!r}", "stepId")
         target, custom = await _waiting_instance(client, instance, skill, step_id)
-        taken = custom.get("approval") or {}
-        if taken.get("step") == step_id and taken.get("request_id") == request_id:
+        taken = (custom.get("decided") or {}).get(step_id)
+        if taken == request_id:
             return reply(
                 {"runId": run, "step": step_id, "decision": decision, "duplicate": True}, 202
+            )
+        if taken is not None:
+            raise ConflictError(
+                "already_decided", f"step {step_id!r} was decided already", "stepId"
             )
         if custom.get("phase") != "approval" or custom.get("step") != step_id:
             raise ConflictError(

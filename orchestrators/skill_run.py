@@ -30,7 +30,7 @@ Returns ``{"ok", "status": "completed"|"failed", "skill", "version", "steps": {i
 "outputs": {id: output}, "failed_step"}`` (a branch: ``{"result", "steps", "outputs"}``).
 A step result is ``{"ok", "kind", "message", "attempts", "runs"}``, fields that apply.
 Custom status: ``{"phase": "running"|"waiting"|"approval"|"retry"|"completed"|"failed",
-"skill", "version", "step", "event", "until", "done", "approval"}``.
+"skill", "version", "step", "event", "until", "done", "decided": {step: request id}}``.
 """
 
 from __future__ import annotations
@@ -60,6 +60,9 @@ class Run:
     nonce: str
     scope: dict[str, Any]
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Approval steps decided in this instance: step id -> the deciding request id, published
+    # with every status so the approvals route can tell a repeated request from a late one.
+    decided: dict[str, str] = field(default_factory=dict)
 
     @property
     def instance_id(self) -> str:
@@ -77,6 +80,7 @@ class Run:
             version=self.job.get("version"),
             step=step,
             done=len(self.results),
+            decided=self.decided or None,
             **extra,
         )
 
@@ -258,7 +262,7 @@ def wait_step(run: Run, step: Any, event: str, phase: str) -> Gen:
     if phase != "approval":
         return {"ok": True, "output": value}
     decision = {"decision": value.get("decision"), "request_id": value.get("requestId")}
-    run.status("running", step.id, approval={"step": step.id, **decision})
+    run.decided[step.id] = str(decision["request_id"])
     if decision["decision"] != "approve":
         return failed("rejected", f"approval {step.id!r} was {decision['decision']!r}")
     return {"ok": True, "output": decision}

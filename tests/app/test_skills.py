@@ -279,6 +279,7 @@ def test_fail_fast_stops_at_the_first_failure_after_its_retries(host):
             "name": "fragile",
             "steps": [
                 {"id": "gate", "kind": "approval", "timeoutS": 600},
+                {"id": "proceed", "kind": "event", "event": "proceed", "timeoutS": 600},
                 {
                     "id": "both",
                     "kind": "join",
@@ -302,10 +303,17 @@ def test_fail_fast_stops_at_the_first_failure_after_its_retries(host):
     decide = f"/api/skills/fragile/runs/{run['runId']}/approvals/gate"
 
     approved = host.post(decide, {"requestId": "a1", "decision": "approve"})
+    wait_run(host, "fragile", run["runId"], "waiting")
+    repeated = host.post(decide, {"requestId": "a1", "decision": "approve"})
+    other = host.post(decide, {"requestId": "a2", "decision": "reject"})
+    host.post(f"/api/skills/fragile/runs/{run['runId']}/events/proceed", {})
     done = wait_run(host, "fragile", run["runId"], "failed")
     branch = skills.branch_instance_id(run["instanceId"], "long")
 
-    assert approved.status == 202
+    assert approved.status == 202 and approved.json()["duplicate"] is False
+    assert repeated.status == 202 and repeated.json()["duplicate"] is True
+    assert other.status == 409 and other.json()["error"] == "already_decided"
+    assert done["outputs"]["gate"] == {"decision": "approve", "request_id": "a1"}
     assert done["failedStep"] == "both"
     assert done["steps"]["divide"]["attempts"] == 2
     assert done["steps"]["both"]["kind"] == "join_failed"
