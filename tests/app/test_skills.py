@@ -90,6 +90,14 @@ def wait_run(host: HostProcess, name: str, run: str, status: str, timeout: float
     return dict(wait_for(reached, timeout, f"run {run} of {name} to be {status}"))
 
 
+def wait_ended(host: HostProcess, name: str, run: str, timeout: float = 30) -> dict:
+    def ended() -> dict[str, Any] | None:
+        view = run_view(host, name, run)
+        return view if view["status"] in FINAL else None
+
+    return dict(wait_for(ended, timeout, f"run {run} of {name} to end"))
+
+
 def onboarding(name: str, text: str = "account") -> dict[str, Any]:
     return {
         "name": name,
@@ -481,3 +489,26 @@ def test_bad_requests_are_named_and_change_nothing(host):
     ]
     assert run_view(host, "strict", run["runId"])["status"] == "waiting"
     host.post(f"{runs}/cancel")
+
+
+@pytest.mark.crash
+def test_a_step_replay_policy_decides_whether_a_tool_that_died_mid_run_runs_again(crash_host):
+    host = crash_host()
+    calc = {"id": "calc", "kind": "tool", "tool": "calculator", "arguments": {"expression": "6*7"}}
+    retried = {"retry": {"maxAttempts": 3, "firstRetryS": 0.1}}
+    register(host, {"name": "safe-calc", "steps": [{**calc, **retried}]})
+    register(host, {"name": "unsafe-calc", "steps": [{**calc, **retried, "replay": "unsafe"}]})
+    outcomes = {}
+    for name in ("safe-calc", "unsafe-calc"):
+        host.kill()
+        host.env["KERNEL_FAULTS"] = "tool.after_effect@1"  # killed after the tool ran, before
+        host.start()  # its result was recorded: the outcome of the try is unknown
+        run = start(host, name, "r1")
+        assert host.wait_exit(30) != 0, "the fault point was not reached"
+        host.env.pop("KERNEL_FAULTS")
+        host.start()
+        outcomes[name] = wait_ended(host, name, run["runId"])["steps"]["calc"]
+
+    assert outcomes["safe-calc"] == {"ok": True, "attempts": 1, "runs": 2}
+    assert outcomes["unsafe-calc"]["kind"] == "interrupted"  # and never tried again
+    assert (outcomes["unsafe-calc"]["ok"], outcomes["unsafe-calc"]["attempts"]) == (False, 1)
