@@ -161,7 +161,7 @@ async def _interrupted(ledger: AttemptLedger, key: str, name: str) -> dict[str, 
         f"{name} was interrupted: it started, but the process running it stopped before "
         "its result was saved. It is not safe to run it again, so it was not."
     )
-    payload = {
+    payload: dict[str, Any] = {
         "status": "interrupted",
         "documents": [],
         "result_ref": None,

@@ -130,7 +130,9 @@ def entry_text(entry: dict[str, Any]) -> str:
 def describe(item: dict[str, Any], view: dict[str, Any]) -> str | None:
     kind = item.get("type")
     if kind == "entry":
-        entry = next((e for e in view.get("entries", []) if e["n"] == item["n"]), {})
+        entry: dict[str, Any] = next(
+            (e for e in view.get("entries", []) if e["n"] == item["n"]), {}
+        )
         label = f"{item['role']}/{item.get('kind') or 'message'}"
         return f"  entry #{item['n']:<3} {label:<22} {entry_text(entry)}"
     if kind == "task":
