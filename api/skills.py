@@ -187,6 +187,8 @@ def _run_body(raw: bytes) -> tuple[str, dict[str, Any], int | None]:
     if not isinstance(given, dict):
         raise ValidationError("invalid_input", "input is a JSON object", "input")
     version = body.get("version")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+        raise ValidationError("invalid_version", "version is a whole number from 1", "version")
     return request_id, given, None if version is None else _version_number(version)
 
 
