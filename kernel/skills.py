@@ -4,8 +4,9 @@ A skill is a named list of steps that ``orchestrators/skill_run.py`` executes as
 task (``docs/skills.md`` has the format with an example). Its parts:
 
 * the schema (pydantic, camelCase JSON): ``Skill`` with ``steps`` of six kinds - ``tool``,
-  ``model``, ``event`` (wait for a named event), ``approval`` (wait for a person), ``timer``
-  and ``join`` (child steps run in parallel, ``allSettled`` or ``failFast``); ``tool`` and
+  ``model``, ``event`` (wait for a named event), ``approval`` (wait for a person), ``timer``,
+  ``join`` (child steps run in parallel, ``allSettled`` or ``failFast``) and ``sequence``
+  (child steps in order, e.g. as one branch of a join); ``tool`` and
   ``model`` steps carry a ``retry`` policy, ``tool`` steps a ``replay`` policy;
 * ``validate(raw) -> Skill | list[Problem]``: the schema *and* the rules a schema cannot say
   (unique step ids and event names, references only to steps that end before, known tools
@@ -42,13 +43,13 @@ from kernel.errors import ValidationError, join_path
 
 MAX_SKILL_BYTES = 64 * 1024
 MAX_STEPS = 100  # every step, join children included
-MAX_JOIN_DEPTH = 3
+MAX_DEPTH = 3  # joins and sequences inside each other
 DAY_S = 86_400.0
 # Tools a skill may call: the ones that need no session. A run belongs to no session (it
 # outlives the one that registered it), so the note tools, whose documents live in a session,
 # and send_notices, whose plan is a session document, cannot run in a skill.
 SKILL_TOOLS = ("calculator", "append_ledger")
-KINDS = ("tool", "model", "event", "approval", "timer", "join")
+KINDS = ("tool", "model", "event", "approval", "timer", "join", "sequence")
 
 _NAME = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
 _STEP_ID = r"^[A-Za-z][A-Za-z0-9_-]{0,39}$"
@@ -113,11 +114,19 @@ class JoinStep(_Step):
     steps: Annotated[list[Step], Field(min_length=1, max_length=20)]
 
 
+class SequenceStep(_Step):
+    kind: Literal["sequence"]
+    steps: Annotated[list[Step], Field(min_length=1, max_length=20)]
+
+
 Step = Annotated[
-    ToolStep | ModelStep | EventStep | ApprovalStep | TimerStep | JoinStep,
+    ToolStep | ModelStep | EventStep | ApprovalStep | TimerStep | JoinStep | SequenceStep,
     Field(discriminator="kind"),
 ]
+
+
 JoinStep.model_rebuild()
+SequenceStep.model_rebuild()
 
 
 class Skill(_Strict):
@@ -248,20 +257,25 @@ def _placed(steps: list[tuple[str, Any]]) -> Iterator[_Placed]:
         seen = set(before)
         for path, step in items:
             yield _Placed(path, step, depth, frozenset(seen))
-            if isinstance(step, JoinStep):
-                children = [(f"{path}.steps[{j}]", c) for j, c in enumerate(step.steps)]
-                for child_path, child in children:
-                    yield from walk([(child_path, child)], depth + 1, frozenset(seen))
+            children = [(f"{path}.steps[{j}]", c) for j, c in enumerate(_children(step))]
+            if isinstance(step, JoinStep):  # each child on its own: siblings run at once
+                for child in children:
+                    yield from walk([child], depth + 1, frozenset(seen))
+            elif children:  # a sequence: each child after the ones before it
+                yield from walk(children, depth + 1, frozenset(seen))
             seen |= set(_ids(step))
 
     yield from walk(steps, 0, frozenset())
 
 
+def _children(step: Any) -> list[Any]:
+    return list(step.steps) if isinstance(step, JoinStep | SequenceStep) else []
+
+
 def _ids(step: Any) -> Iterator[str]:
     yield step.id
-    if isinstance(step, JoinStep):
-        for child in step.steps:
-            yield from _ids(child)
+    for child in _children(step):
+        yield from _ids(child)
 
 
 def _rule_problems(steps: list[tuple[str, Any]], declared: list[str]) -> list[Problem]:
@@ -280,8 +294,8 @@ def _rule_problems(steps: list[tuple[str, Any]], declared: list[str]) -> list[Pr
             )
         else:
             first_at[step.id] = path
-        if placed.depth > MAX_JOIN_DEPTH:
-            problems.append(Problem(path, f"joins nest at most {MAX_JOIN_DEPTH} deep"))
+        if placed.depth > MAX_DEPTH:
+            problems.append(Problem(path, f"joins and sequences nest at most {MAX_DEPTH} deep"))
         if isinstance(step, EventStep | ApprovalStep):
             name = step.event if isinstance(step, EventStep) else f"approval:{step.id}"
             if name in event_at:
@@ -497,13 +511,25 @@ def branch_instance_id(run_instance: str, step_id: str) -> str:
 
 
 def instance_of_step(skill: Skill, run_instance: str, step_id: str) -> str | None:
-    """The instance that runs step ``step_id``: the run for a top-level step, else its branch."""
-    for step in skill.steps:
-        if step.id == step_id:
-            return run_instance
-        if step_id in set(_ids(step)):
-            return branch_instance_id(run_instance, step_id)
-    return None
+    """The instance that runs step ``step_id``: the run's, or that of the join child (a
+    branch) it is in; a sequence runs its steps in its own instance."""
+
+    def locate(steps: list[Any], instance: str) -> str | None:
+        for step in steps:
+            if step.id == step_id:
+                return instance
+            if isinstance(step, JoinStep):
+                for child in step.steps:
+                    found = locate([child], branch_instance_id(run_instance, child.id))
+                    if found:
+                        return found
+            elif isinstance(step, SequenceStep):
+                found = locate(step.steps, instance)
+                if found:
+                    return found
+        return None
+
+    return locate(list(skill.steps), run_instance)
 
 
 def find_step(skill: Skill, step_id: str) -> Any:
@@ -516,9 +542,8 @@ def find_step(skill: Skill, step_id: str) -> Any:
 
 def _walk(step: Any) -> Iterator[Any]:
     yield step
-    if isinstance(step, JoinStep):
-        for child in step.steps:
-            yield from _walk(child)
+    for child in _children(step):
+        yield from _walk(child)
 
 
 def event_step(skill: Skill, event: str) -> Any:

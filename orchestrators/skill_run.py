@@ -25,6 +25,8 @@ the join as its mode says). Per kind:
 * ``timer``: a durable timer.
 * ``join``: one sub-orchestration per child, joined with a progressive ``task_any`` loop;
   ``failFast`` ends at the first failure and terminates the children still running.
+* ``sequence``: its children in order, in the same instance (a join child that is a
+  sequence is one branch running several steps).
 
 Returns ``{"ok", "status": "completed"|"failed", "skill", "version", "steps": {id: result},
 "outputs": {id: output}, "failed_step"}`` (a branch: ``{"result", "steps", "outputs"}``).
@@ -140,6 +142,8 @@ def run_step(run: Run, step: Any) -> Gen:
         result = yield from wait_step(run, step, f"approval:{step.id}", "approval")
     elif isinstance(step, skills.TimerStep):
         result = yield from timer_step(run, step)
+    elif isinstance(step, skills.SequenceStep):
+        result = yield from sequence_step(run, step)
     else:
         result = yield from join_step(run, step)
     return run.record(step.id, result)
@@ -273,6 +277,15 @@ def timer_step(run: Run, step: skills.TimerStep) -> Gen:
     run.status("waiting", step.id, until=due.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
     yield run.context.create_timer(due)
     return {"ok": True, "output": {"fired_at": due.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}}
+
+
+def sequence_step(run: Run, step: skills.SequenceStep) -> Gen:
+    """The children in order, in this instance; the first failure ends the sequence."""
+    for child in step.steps:
+        result = yield from run_step(run, child)
+        if not result["ok"]:
+            return failed("step_failed", f"{child.id!r} failed: {result.get('message')}")
+    return {"ok": True, "output": {"steps": [child.id for child in step.steps]}}
 
 
 def join_step(run: Run, step: skills.JoinStep) -> Gen:

@@ -512,3 +512,48 @@ def test_a_step_replay_policy_decides_whether_a_tool_that_died_mid_run_runs_agai
     assert outcomes["safe-calc"] == {"ok": True, "attempts": 1, "runs": 2}
     assert outcomes["unsafe-calc"]["kind"] == "interrupted"  # and never tried again
     assert (outcomes["unsafe-calc"]["ok"], outcomes["unsafe-calc"]["attempts"]) == (False, 1)
+
+
+def test_a_join_branch_can_be_a_sequence_that_waits_for_its_own_event(host):
+    ledger = "append_ledger"
+    register(
+        host,
+        {
+            "name": "branchy",
+            "inputs": ["who"],
+            "steps": [
+                {
+                    "id": "both",
+                    "kind": "join",
+                    "steps": [
+                        {
+                            "id": "flow",
+                            "kind": "sequence",
+                            "steps": [
+                                tool_step("begin", ledger, text="begin ${input.who}"),
+                                {"id": "wait", "kind": "event", "event": "go", "timeoutS": 600},
+                                tool_step("end", ledger, text="end ${steps.wait.n}"),
+                            ],
+                        },
+                        {"id": "nap", "kind": "timer", "seconds": 0.3},
+                    ],
+                },
+                tool_step("done", ledger, text="done after ${steps.end.appended}"),
+            ],
+        },
+    )
+    run = start(host, "branchy", "r1", {"who": "Kim"})
+    branch = skills.branch_instance_id(run["instanceId"], "flow")
+    waiting = wait_phase(host, branch, "waiting")
+
+    raised = host.post(f"/api/skills/branchy/runs/{run['runId']}/events/go", {"payload": {"n": 5}})
+    done = wait_run(host, "branchy", run["runId"], "completed")
+
+    assert (waiting["step"], waiting["event"]) == ("wait", "go")
+    assert raised.status == 202 and raised.json()["instanceId"] == branch
+    assert done["outputs"]["flow"] == {"steps": ["begin", "wait", "end"]}
+    assert ledger_lines(host)[-3:] == ["begin Kim", "end 5", "done after end 5"]
+
+
+def tool_step(step_id: str, name: str, **arguments: Any) -> dict[str, Any]:
+    return {"id": step_id, "kind": "tool", "tool": name, "arguments": arguments}

@@ -135,6 +135,39 @@ def test_references_name_declared_inputs_and_steps_that_end_before() -> None:
     ]
 
 
+def test_a_sequence_sees_its_earlier_steps_and_runs_where_it_is_placed() -> None:
+    branch = {
+        "id": "flow",
+        "kind": "sequence",
+        "steps": [
+            {"id": "wait", "kind": "event", "event": "go"},
+            tool("use", expression="${steps.wait.n} + 1"),
+        ],
+    }
+    raw = skill(
+        {
+            "id": "both",
+            "kind": "join",
+            "steps": [branch, tool("other", expression="${steps.wait.n}")],
+        },
+        tool("after", expression="${steps.use.value} * 2"),
+    )
+
+    assert problems(raw) == [
+        (
+            "steps[0].steps[1].arguments.expression",
+            "${steps.wait.n}: step 'wait' does not end before this step (or does not exist)",
+        )
+    ]
+    parsed = skills.parse(skill({"id": "both", "kind": "join", "steps": [branch]}))
+    assert skills.instance_of_step(parsed, "run", "use") == "run:flow"
+    assert skills.instance_of_step(parsed, "run", "flow") == "run:flow"
+    assert skills.instance_of_step(parsed, "run", "both") == "run"
+    top = skills.parse(skill(branch))
+    assert skills.instance_of_step(top, "run", "wait") == "run"
+    assert skills.instance_of_step(top, "run", "nowhere") is None
+
+
 def test_arguments_with_references_are_checked_by_name_until_the_run() -> None:
     raw = skill(
         {"id": "e", "kind": "event", "event": "go"},
@@ -164,7 +197,7 @@ def test_event_names_and_depth_and_size_are_bounded() -> None:
         nested = {"id": f"j{depth}", "kind": "join", "steps": [nested]}
 
     assert fields(skill({**wait, "id": "a"}, {**wait, "id": "b"})) == ["steps[1].event"]
-    assert "joins nest at most 3 deep" in [m for _, m in problems(skill(nested))]
+    assert "joins and sequences nest at most 3 deep" in [m for _, m in problems(skill(nested))]
     wide = [
         {
             "id": f"j{i}",
