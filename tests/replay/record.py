@@ -163,10 +163,17 @@ GOLDEN_SKILL = {
             "kind": "join",
             "steps": [
                 {
-                    "id": "fee",
-                    "kind": "tool",
-                    "tool": "calculator",
-                    "arguments": {"expression": "${steps.form.seats} * 12"},
+                    "id": "priced",
+                    "kind": "sequence",
+                    "steps": [
+                        {
+                            "id": "fee",
+                            "kind": "tool",
+                            "tool": "calculator",
+                            "arguments": {"expression": "${steps.form.seats} * 12"},
+                        },
+                        {"id": "settle", "kind": "timer", "seconds": 0.1},
+                    ],
                 },
                 {"id": "pause", "kind": "timer", "seconds": 0.2},
             ],
@@ -183,7 +190,8 @@ GOLDEN_SKILL = {
 
 
 def skill(host: HostProcess, model: ModelServer) -> dict[str, str]:
-    """A skill run through every step kind: approval, event, join (tool, timer), model, tool."""
+    """A skill run through every step kind: approval, event, join (a sequence of a tool and a
+    timer; a timer), model, tool."""
     json_request(f"{host.base_url}/api/skills", GOLDEN_SKILL)
     run = json_request(
         f"{host.base_url}/api/skills/golden-skill/runs", {"requestId": "r1", "input": {"who": "A"}}
@@ -196,7 +204,7 @@ def skill(host: HostProcess, model: ModelServer) -> dict[str, str]:
     host.wait_for_status(run["instanceId"], timeout=60)
     return {
         "skill_run.all_kinds": run["instanceId"],
-        "skill_run.branch": f"{run['instanceId']}:fee",
+        "skill_run.branch": f"{run['instanceId']}:priced",
     }
 
 
