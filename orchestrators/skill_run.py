@@ -107,7 +107,9 @@ def skill_run(context: df.DurableOrchestrationContext) -> Generator[Any, Any, di
     run = Run(context, job, skill, nonce, {"input": scope["input"], "steps": dict(scope["steps"])})
     if branch is not None:
         result = yield from run_step(run, skills.find_step(skill, branch))
-        return {"result": result, "steps": run.results, "outputs": run.scope["steps"]}
+        # Only what the branch produced: the parent has the outputs it passed in.
+        made = {k: v for k, v in run.scope["steps"].items() if k in run.results}
+        return {"result": result, "steps": run.results, "outputs": made}
     for step in skill.steps:
         result = yield from run_step(run, step)
         if not result["ok"]:
