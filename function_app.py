@@ -11,6 +11,7 @@ from activities import (
     mail,
     model,
     notice_session,
+    operator_notice,
     skills,
     tools,
 )
@@ -23,6 +24,7 @@ from orchestrators import (
     agent_run,
     agent_turn,
     notices,
+    on_failure,
     skill_run,
     tool_task,
 )
@@ -55,6 +57,9 @@ for blueprint in (
     loops.bp,
     # Declared per-key limits of tools (docs/loops.md).
     limiter.bp,
+    # The onFailure handler of tools and loops that gave up (docs/loops.md).
+    on_failure.bp,
+    operator_notice.bp,
     # Skills as data (docs/skills.md).
     skill_run.bp,
     skills.bp,

@@ -34,6 +34,8 @@ every run adds a line. ``send_notices`` does not run here: its execution is the
 
 Crash points for tests: ``KERNEL_FAULTS="tool.after_effect[@n]"`` kills the process the n-th
 time a tool has run but its result is not yet in the record - the window the ledger exists for.
+``KERNEL_FAULTS="tool.raise.<tool>@n"`` makes that tool raise on its first n runs in this
+process (a ``tool_error``), for the retries and failure handlers of the catalogue.
 """
 
 from __future__ import annotations
@@ -188,6 +190,7 @@ async def _call(name: str, arguments: dict[str, Any], env: ToolEnv) -> Outcome:
                 "message": f"no tool {name!r} runs here; known: {known}",
             }
         )
+    raise_point(f"tool.raise.{name}")
     return await run(arguments, env)
 
 
@@ -311,3 +314,12 @@ def crash_point(point: str) -> None:
         sys.stderr.write(f"fault injection: SIGKILL at {point}@{_FAULT_PLAN[point]}\n")
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def raise_point(point: str) -> None:
+    """Raise the first n times ``point`` is reached, if ``KERNEL_FAULTS`` plans ``point@n``."""
+    if point not in _FAULT_PLAN:
+        return
+    _faults_seen[point] += 1
+    if _faults_seen[point] <= _FAULT_PLAN[point]:
+        raise RuntimeError(f"injected failure {_faults_seen[point]} of {_FAULT_PLAN[point]}")

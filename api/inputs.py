@@ -22,6 +22,7 @@ Limits (documented in docs/api.md and docs/openapi.yaml):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -46,6 +47,10 @@ _INTEGER = re.compile(r"^[0-9]{1,18}$")
 class Submission:
     request_id: str
     text: str
+    # What a run of this submission may use besides its text: the tools it may call and its
+    # own turn policy (``kernel.loops.run_options``; a loop's runs carry them). Empty: the
+    # whole catalogue and the app's settings, as for any HTTP submission.
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,7 @@ def submission_job(
         "request_id": submission.request_id,
         "submission_id": ids.submission_id(session_id, submission.request_id),
         **(owner or {}),
+        **submission.options,  # a loop run's tools and policy (agent_run applies them)
     }
     if content.needs_reference(submission.text):
         job["text_ref"] = default_store().put(submission.text)

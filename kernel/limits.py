@@ -13,7 +13,9 @@ module is its reducer (``apply``) and the declaration's parser. Time comes from 
 
 Operations:
 * ``acquire {holder, instance_id, event, first, ...declaration}`` ->
-  ``{"granted", "position", "retry_at"?, "superseded"?}``.
+  ``{"granted", "position", "ticket"?, "retry_at"?, "superseded"?}``. ``ticket`` (singleton
+  and rate) numbers the requests of a key in the order they arrived, 1, 2, ...; a holder
+  keeps the ticket it asked with, so the grants of a key follow the tickets.
   - singleton: at most ``limit`` holders; the excess waits in line, in arrival order; asking
     again keeps one's place (never queued twice), and a holder asking again is granted again
     (harmless). A holder's slot lasts ``lease_s`` from its grant, so a holder that crashed
@@ -123,7 +125,14 @@ def render_key(limit: Limit, fields: dict[str, Any]) -> str:
 
 
 def new_state() -> State:
-    return {"holders": {}, "waiters": [], "grants": [], "latest": None, "quiet_until": 0.0}
+    return {
+        "holders": {},
+        "waiters": [],
+        "grants": [],
+        "latest": None,
+        "quiet_until": 0.0,
+        "tickets": 0,
+    }
 
 
 def apply(state: State, op: str, request: dict[str, Any], now: float) -> tuple[State, Any]:
@@ -160,17 +169,24 @@ def _acquire(state: State, request: dict[str, Any], now: float, mode: str) -> di
     lease_s = float(request.get("lease_s") or DEFAULT_LEASE_S)
     state["limit"] = int(request.get("limit") or 1)
     if mode == "singleton" and holder in state["holders"]:
-        state["holders"][holder] = {"expires_at": now + lease_s}
-        return {"granted": True, "position": 0}
+        held = state["holders"][holder]
+        state["holders"][holder] = {**held, "expires_at": now + lease_s}
+        return {"granted": True, "position": 0, "ticket": held.get("ticket")}
     waiters: list[dict[str, Any]] = state["waiters"]
+    place = next((i for i, w in enumerate(waiters) if w["holder"] == holder), None)
+    if place is None:
+        state["tickets"] = int(state.get("tickets") or 0) + 1
+        ticket = state["tickets"]
+    else:
+        ticket = waiters[place].get("ticket")
     mine = {
         "holder": holder,
         "instance_id": request.get("instance_id"),
         "event": request.get("event"),
         "lease_s": lease_s,
         "asked_at": now,
+        "ticket": ticket,
     }
-    place = next((i for i, w in enumerate(waiters) if w["holder"] == holder), None)
     if place is None:
         waiters.append(mine)
         place = len(waiters) - 1
@@ -181,9 +197,9 @@ def _acquire(state: State, request: dict[str, Any], now: float, mode: str) -> di
         if mode == "rate":
             state["grants"].append(now)
         else:
-            state["holders"][holder] = {"expires_at": now + lease_s}
-        return {"granted": True, "position": 0}
-    answer: dict[str, Any] = {"granted": False, "position": place + 1}
+            state["holders"][holder] = {"expires_at": now + lease_s, "ticket": ticket}
+        return {"granted": True, "position": 0, "ticket": ticket}
+    answer: dict[str, Any] = {"granted": False, "position": place + 1, "ticket": ticket}
     if mode == "rate" and state["grants"]:
         answer["retry_at"] = min(state["grants"]) + float(request.get("window_s") or 1)
     elif mode == "singleton" and state["holders"]:
@@ -200,8 +216,11 @@ def _release(state: State, request: dict[str, Any], now: float) -> dict[str, Any
     limit = int(state.get("limit") or 1)
     while state["waiters"] and len(state["holders"]) < limit:
         waiter = state["waiters"].pop(0)
-        state["holders"][waiter["holder"]] = {"expires_at": now + waiter["lease_s"]}
-        wake.append({k: waiter[k] for k in ("instance_id", "event", "holder")})
+        state["holders"][waiter["holder"]] = {
+            "expires_at": now + waiter["lease_s"],
+            "ticket": waiter.get("ticket"),
+        }
+        wake.append({k: waiter.get(k) for k in ("instance_id", "event", "holder", "ticket")})
     return {"wake": wake}
 
 

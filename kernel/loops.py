@@ -8,7 +8,12 @@ occurrence, and what a control message does to a loop's state.
 
 Contract:
 * ``parse_spec`` validates a declaration (``{loopId, schedule, prompt, timeZone?, tools?,
-  policy?}``); ``ValidationError`` names the field (``schedule``, ``timeZone`` ...).
+  policy?}``); ``ValidationError`` names the field (``schedule``, ``timeZone``,
+  ``tools[1]``, ``policy.max_rounds`` ...). ``tools`` are names of the catalogue
+  (``kernel/tools.py``), each once: every run of the loop may call only those (omitted or
+  empty: the whole catalogue, as any submission). ``policy`` holds turn policy fields
+  (``kernel.turn_policy.TurnLimits``, e.g. ``{"max_rounds": 3}``) laid over the app's
+  settings for each run. ``run_options(spec)`` is what a run's submission carries of both.
 * ``occurrence_request_id(loop_id, occurrence)`` is ``loop:{loop_id}:{occurrence}``: the
   submission of one occurrence is idempotent by it, so an occurrence submitted twice (an
   activity retried, a loop replaced while it was submitting) makes one submission and one run.
@@ -23,8 +28,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kernel import cron, ids
+from kernel import cron, ids, tools
 from kernel.errors import ValidationError
+from kernel.turn_policy import TurnLimits, TurnSettingsError
 
 MAX_PROMPT_CHARS = 4_000
 ACTIONS = ("pause", "resume", "delete")
@@ -78,13 +84,52 @@ def parse_spec(body: Any, now: datetime) -> LoopSpec:
         cron.parse(schedule, zone, now)
     except cron.ScheduleError as exc:
         raise ValidationError("invalid_schedule", str(exc), "schedule") from exc
-    tools = body.get("tools") or []
-    if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
+    return LoopSpec(
+        loop_id,
+        schedule.strip(),
+        prompt,
+        zone_name,
+        _tools(body.get("tools")),
+        _policy(body.get("policy")),
+    )
+
+
+def _tools(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
         raise ValidationError("invalid_tools", "tools must be a list of tool names", "tools")
-    policy = body.get("policy")
-    if policy is not None and not isinstance(policy, dict):
+    for index, name in enumerate(value):
+        if not isinstance(name, str) or name not in tools.TOOLS:
+            known = ", ".join(tools.TOOLS)
+            raise ValidationError(
+                "invalid_tools", f"{name!r} is not a tool; known: {known}", f"tools[{index}]"
+            )
+        if name in value[:index]:
+            raise ValidationError("invalid_tools", f"{name} is listed twice", f"tools[{index}]")
+    return tuple(value)
+
+
+def _policy(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
         raise ValidationError("invalid_policy", "policy must be an object", "policy")
-    return LoopSpec(loop_id, schedule.strip(), prompt, zone_name, tuple(tools), policy)
+    try:
+        TurnLimits().with_policy(value)  # checked against the defaults; the app's settings
+    except TurnSettingsError as exc:  # are laid under it again for each run
+        raise ValidationError("invalid_policy", str(exc), f"policy.{exc.setting}") from exc
+    return value or None
+
+
+def run_options(spec: LoopSpec) -> dict[str, Any]:
+    """What a run's submission carries besides its text: the declared tools and policy."""
+    options: dict[str, Any] = {}
+    if spec.tools:
+        options["tools"] = list(spec.tools)
+    if spec.policy:
+        options["policy"] = spec.policy
+    return options
 
 
 def spec_from_json(data: dict[str, Any]) -> LoopSpec:

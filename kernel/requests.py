@@ -29,7 +29,7 @@ from kernel import ids
 from kernel.content import content_ref, needs_reference, validate_content_ref, validate_inline_text
 from kernel.documents import DOCUMENT_ID_PATTERN
 from kernel.errors import ValidationError
-from kernel.statuses import FinalStatusValue, TaskStatusValue
+from kernel.statuses import FinalStatusValue, TaskStatusValue, TierValue
 from kernel.text import require_unicode
 
 Role = Literal["user", "assistant", "tool", "system"]
@@ -148,6 +148,9 @@ class TaskPatch(_Request):
     phase: Annotated[str, Field(max_length=64)] | None = None
     parent: InstanceId | None = None
     reason: Reason | None = None
+    # How far a task under a failure policy got (``kernel.failures``): ok, retried, handled,
+    # needs_attention. Only such tasks carry one.
+    tier: TierValue | None = None
 
 
 class SubmissionPatch(_Request):

@@ -54,3 +54,5 @@ TaskStatusValue = Literal[
     "completed", "failed", "cancelled", "interrupted", "needs_attention",
 ]  # fmt: skip
 FinalStatusValue = Literal["completed", "failed", "cancelled"]
+# The tiers of a task under a failure policy (``kernel.failures.TIERS``, kept equal by a test).
+TierValue = Literal["ok", "retried", "handled", "needs_attention"]

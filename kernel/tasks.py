@@ -1,7 +1,9 @@
 """The session's task graph: records of tasks, their status, phase and parent. Pure.
 
 A task record is ``{id, kind, version, status, phase, parent, children, created_at,
-updated_at, reason}``; ``id`` is the task's orchestration instance id.
+updated_at, reason}``, plus ``tier`` for a task run under a failure policy (``ok``,
+``retried``, ``handled``, ``needs_attention``: ``kernel/failures.py``), set once a commit
+names it; ``id`` is the task's orchestration instance id.
 
 Status moves only forward, by rank::
 
@@ -78,6 +80,8 @@ def _create(state: State, patch: TaskPatch, *, at: str, field: str) -> dict[str,
         "updated_at": at,
         "reason": patch.reason,
     }
+    if patch.tier is not None:  # only tasks under a failure policy have one
+        task["tier"] = patch.tier
     state["tasks"][patch.id] = task
     return task
 
@@ -105,6 +109,8 @@ def _update(task: dict[str, Any], patch: TaskPatch, *, at: str, field: str) -> N
     for name in ("phase", "reason"):
         if name in given:
             task[name] = getattr(patch, name)
+    if patch.tier is not None:
+        task["tier"] = patch.tier
     task["updated_at"] = at
 
 

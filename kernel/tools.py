@@ -7,14 +7,21 @@ and are untrusted), its replay ``policy`` and whether a person must approve it:
 tool               policy  approval  notes
 =================  ======  ========  ==========================================================
 calculator         safe    no        pure arithmetic (kernel.calculator)
-read_document      safe    no        reads one document
-write_document     safe    no        idempotent upsert: a re-run writes the same content
-delete_document    safe    yes       idempotent, but destructive, so a person approves it
-append_ledger      unsafe  no        every run appends a line: never re-run blindly
+read_document      safe    no        reads one document; retried, then the operator is told
+write_document     safe    no        idempotent upsert: a re-run writes the same content;
+                                     retried, then the operator is told
+delete_document    safe    yes       idempotent, but destructive, so a person approves it;
+                                     retried, then the operator is told
+append_ledger      unsafe  no        every run appends a line: never re-run blindly; one
+                                     append at a time, in arrival order (``concurrency``)
 send_notices       unsafe  no        one e-mail per recipient, 1..50 distinct addresses
 register_skill     safe    yes       stores a skill (kernel.skills); the same definition again
                                      adds no version, so a re-run is harmless (docs/skills.md)
 =================  ======  ========  ==========================================================
+
+Declarations (``concurrency``, ``failure``) are applied by the tool task
+(``orchestrators/tool_task.py``) to tasks whose input says ``declarations``; a bad one stops
+the app at import, naming the tool and the field.
 
 ``policy`` is the replay rule: after a crash left an attempt without a result, a tool is re-run
 only if it was ``safe`` when the intent was saved and is ``safe`` now
@@ -28,9 +35,11 @@ Validation (the tool task's *call* phase) is two steps, and both report problems
 
 ``validate_call`` returns ``(True, final_args)`` — the canonical JSON arguments to save with
 the intent and to execute with — or ``(False, error)`` where ``error`` is an envelope
-``{"ok": false, "kind": "invalid_arguments"|"unknown_tool", "tool", "field", "message",
-"problems"}`` whose ``field`` names the first offending argument. Nothing here raises for bad
-input from a model.
+``{"ok": false, "kind": "invalid_arguments"|"unknown_tool"|"tool_not_allowed", "tool",
+"field", "message", "problems"}`` whose ``field`` names the first offending argument. Nothing
+here raises for bad input from a model. ``allowed`` (a run's declared tools, e.g. a loop's)
+narrows the catalogue: a call of any other tool is ``tool_not_allowed`` and never runs;
+``openai_tool_specs(allowed)`` offers the model only those.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
@@ -46,6 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSche
 
 from kernel import calculator, documents, ids
 from kernel.errors import join_path
+from kernel.failures import FailurePolicy
 from kernel.limits import parse_limit
 from kernel.model_io import JsonObject, JsonValue
 
@@ -142,6 +152,11 @@ class ToolSpec(Generic[ArgsT]):
     # ``{"key": "service:{service}", "limit": 1}``; its key is filled from the call's
     # arguments, ``tool`` and ``session``. None: the tool runs unlimited (no entity call).
     concurrency: JsonObject | None = None
+    # Retries and the onFailure handler (``kernel/failures.py``): a run that failed with a
+    # ``tool_error`` (the tool raised) is tried again under the policy, and when every try
+    # failed its handler runs once. None: one try, as for unsafe tools, whose failed run may
+    # have had its effect.
+    failure: FailurePolicy | None = None
 
     def to_openai(self) -> JsonObject:
         """The chat-completions ``tools`` entry, schema derived from the argument model."""
@@ -157,7 +172,7 @@ class ToolSpec(Generic[ArgsT]):
 class ToolError:
     """Why a call cannot run; returned as a value so the model and the user can see it."""
 
-    kind: Literal["unknown_tool", "invalid_arguments"]
+    kind: Literal["unknown_tool", "invalid_arguments", "tool_not_allowed"]
     tool: str
     field: str | None
     message: str
@@ -175,6 +190,14 @@ class ToolError:
         }
 
 
+def _note_failure(kind: str) -> FailurePolicy:
+    """The note tools read and write the session: a raised error is worth two more tries,
+    then a person is told (``notify_operator``)."""
+    return FailurePolicy(
+        kind=kind, max_attempts=3, first_retry_s=2, backoff=2, on_failure="notify_operator"
+    )
+
+
 _CATALOGUE: tuple[ToolSpec[Any], ...] = (
     ToolSpec(
         name="calculator",
@@ -188,12 +211,14 @@ _CATALOGUE: tuple[ToolSpec[Any], ...] = (
         args_model=ReadDocumentArgs,
         policy="safe",
         description="Read the session document (note) with this title.",
+        failure=_note_failure("read_document"),
     ),
     ToolSpec(
         name="write_document",
         args_model=WriteDocumentArgs,
         policy="safe",
         description="Create or replace the session document with this title.",
+        failure=_note_failure("write_document"),
     ),
     ToolSpec(
         name="delete_document",
@@ -201,12 +226,15 @@ _CATALOGUE: tuple[ToolSpec[Any], ...] = (
         policy="safe",
         requires_approval=True,
         description="Delete the session document with this title. A person approves it first.",
+        failure=_note_failure("delete_document"),
     ),
     ToolSpec(
         name="append_ledger",
         args_model=AppendLedgerArgs,
         policy="unsafe",
         description="Append one line to the session ledger. Every call adds a line.",
+        # The ledger is one file for the app: appends one at a time, in the order asked.
+        concurrency={"key": "tool-ledger", "limit": 1, "lease_s": 120},
     ),
     ToolSpec(
         name="send_notices",
@@ -253,11 +281,22 @@ def resolve(name: str) -> ToolSpec[Any] | ToolError:
     )
 
 
-def validate_call(name: str, arguments: object) -> tuple[bool, JsonObject]:
-    """Resolve, validate and precheck one call: ``(True, final_args)`` or ``(False, error)``."""
+def validate_call(
+    name: str, arguments: object, allowed: Collection[str] | None = None
+) -> tuple[bool, JsonObject]:
+    """Resolve, validate and precheck one call: ``(True, final_args)`` or ``(False, error)``.
+
+    ``allowed``: the tools this run may call (None: the whole catalogue)."""
     spec = resolve(name)
     if isinstance(spec, ToolError):
         return False, spec.to_dict()
+    if allowed is not None and name not in allowed:
+        return False, ToolError(
+            kind="tool_not_allowed",
+            tool=name,
+            field="name",
+            message=f"{name} is not one of this run's tools: {', '.join(allowed) or 'none'}",
+        ).to_dict()
     try:
         args = spec.args_model.model_validate(arguments)
     except ValidationError as exc:
@@ -279,9 +318,10 @@ def note_document_id(title: str) -> str:
     return f"note.{slug}.{uuid.uuid5(ids.NAMESPACE, 'note:' + key).hex[:12]}"
 
 
-def openai_tool_specs() -> list[JsonObject]:
-    """Every tool as a chat-completions ``tools`` entry, in catalogue order."""
-    return [spec.to_openai() for spec in _CATALOGUE]
+def openai_tool_specs(allowed: Collection[str] | None = None) -> list[JsonObject]:
+    """Every tool (or every ``allowed`` one) as a chat-completions ``tools`` entry, in
+    catalogue order."""
+    return [spec.to_openai() for spec in _CATALOGUE if allowed is None or spec.name in allowed]
 
 
 def _invalid(tool: str, problems: list[tuple[str | None, str]]) -> ToolError:

@@ -9,7 +9,9 @@ Contract:
   ``AGENT_MODEL_TIMEOUT_S``, ``AGENT_APPROVAL_TIMEOUT_S``, ``AGENT_ATTENTION_TIMEOUT_S``,
   ``AGENT_MAX_CONCURRENT_MODEL_CALLS``, ``AGENT_TOOL_LEASE_S`` ...) with defaults; a bad value
   raises ``TurnSettingsError`` naming the setting. ``to_dict``/``from_dict`` carry limits
-  through orchestration input as JSON.
+  through orchestration input as JSON. ``with_policy(policy)`` lays one run's own policy (a
+  loop's ``policy``: field names as in ``to_dict``) over them; an unknown field, or one of
+  ``DEPLOYMENT_ONLY``, raises ``TurnSettingsError`` naming it.
 * ``next_retry_delay(attempt, result, limits)``: seconds to wait before the next model attempt,
   or None when there must be none (success, ``fatal``, or ``max_model_attempts`` used up).
   The delay is ``base * 2**(attempt-1)`` capped at ``max_backoff_s``, except that a
@@ -42,6 +44,9 @@ from kernel.model_io import (
 from kernel.tools import ToolPolicy
 
 SETTING_PREFIX = "AGENT_"
+# Bounds shared by every run of the deployment: one run's policy cannot change them (the
+# model-call semaphore's limit is global, a run asking for more would raise it for all).
+DEPLOYMENT_ONLY = frozenset({"max_concurrent_model_calls"})
 
 AttemptState = Literal["absent", "completed", "leased", "expired"]
 ReplayDecision = Literal["run", "wait", "interrupted", "reuse_result"]
@@ -101,6 +106,18 @@ class TurnLimits:
 
     def to_dict(self) -> dict[str, int | float]:
         return asdict(self)
+
+    def with_policy(self, policy: Mapping[str, object] | None) -> TurnLimits:
+        """These limits with a run's own policy laid over them (None or empty: unchanged)."""
+        if not policy:
+            return self
+        known = {spec.name for spec in fields(self)} - DEPLOYMENT_ONLY
+        for name in sorted(policy):
+            if name not in known:
+                raise TurnSettingsError(
+                    name, f"not a turn policy field; use {', '.join(sorted(known))}"
+                )
+        return TurnLimits.from_dict({**self.to_dict(), **policy})
 
     @classmethod
     def _build(cls, source: Mapping[str, object], key_of: Callable[[str], str]) -> TurnLimits:

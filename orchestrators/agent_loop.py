@@ -12,7 +12,15 @@ deploys unchanged to Azure Functions (any Durable backend) and to the durable ho
 process while it sleeps, and its state (paused, last occurrence, runs) is its input.
 
 A loop woken late (the host was down) submits the occurrence it slept for once and plans the
-next one from now: missed slots are not replayed one by one. A paused loop waits for the
+next one from now: missed slots are not replayed one by one.
+
+The submission runs under the failure policy ``SUBMIT`` (``orchestrators/failures.run_kind``):
+a failed ``loop_submit`` is tried again after durable timers, and when every try failed the
+``notify_operator`` handler runs once as ``{loop instance}:{occurrence}:on-failure`` with the
+submission's input and the last failure; the loop records the tier (``ok``, ``retried``,
+``handled``, ``needs_attention``) with its last submission and goes on to the next occurrence.
+A first try that succeeds asks for exactly the activity a loop asked for before, so running
+loops replay unchanged. A paused loop waits for the
 control event, bounded by a week, after which it continues as new, still paused.
 """
 
@@ -26,10 +34,18 @@ import azure.durable_functions as df
 
 from kernel import loops
 from kernel.errors import ValidationError
+from kernel.failures import FailurePolicy
+from orchestrators.failures import run_kind
 from orchestrators.steps import event_or_deadline, event_payload, set_status
 
 bp = df.Blueprint()
 PAUSED_WAIT = timedelta(days=7)
+# A submission that could not be made (the session's store unreachable, an activity lost) is
+# tried three times over 15 s, then the operator is told once and the loop goes on with the
+# next occurrence: a refused submission (queue full) is an answer, not a failure.
+SUBMIT = FailurePolicy(
+    kind="loop_submit", max_attempts=3, first_retry_s=5, backoff=2, on_failure="notify_operator"
+)
 
 
 def _aware(moment: datetime) -> datetime:
@@ -38,6 +54,38 @@ def _aware(moment: datetime) -> datetime:
 
 def _parse(text: Any) -> datetime | None:
     return datetime.fromisoformat(text) if isinstance(text, str) else None
+
+
+def submit(
+    context: df.DurableOrchestrationContext,
+    job: dict[str, Any],
+    spec: loops.LoopSpec,
+    due: datetime,
+) -> Generator[Any, Any, dict[str, Any]]:
+    """Submit one occurrence under ``SUBMIT``; what the loop shows as its last submission,
+    with the tier it reached."""
+    request_id = loops.occurrence_request_id(spec.loop_id, due)
+    outcome = yield from run_kind(
+        context,
+        SUBMIT,
+        f"{context.instance_id}:{loops.format_occurrence(due)}",
+        {
+            "session_id": job["session_id"],
+            "request_id": request_id,
+            "prompt": spec.prompt,
+            **loops.run_options(spec),
+        },
+        publish=False,  # the loop's own status says sleeping / paused
+    )
+    if outcome["ok"]:
+        return {**outcome["result"], "tier": outcome["tier"]}
+    return {
+        "ok": False,
+        "request_id": request_id,
+        "error": {"error": "submit_failed", "message": outcome["failure"][:500]},
+        "tier": outcome["tier"],
+        "attempts": outcome["attempts"],
+    }
 
 
 @bp.orchestration_trigger(context_name="context")
@@ -67,14 +115,7 @@ def agent_loop(context: df.DurableOrchestrationContext) -> Generator[Any, Any, A
         except ValidationError:
             pass  # the API validates actions; anything else is ignored, not fatal
     elif due is not None:
-        last = yield context.call_activity(
-            "loop_submit",
-            {
-                "session_id": job["session_id"],
-                "request_id": loops.occurrence_request_id(spec.loop_id, due),
-                "prompt": spec.prompt,
-            },
-        )
+        last = yield from submit(context, job, spec, due)
         previous, runs = due, runs + 1
     if state["deleted"]:
         set_status(context, "deleted", loop=spec.as_json(), runs=runs, last_submission=last)

@@ -219,6 +219,7 @@ def call_model(context: df.DurableOrchestrationContext, rnd: Round, model_attemp
                     "attempt_key": f"{job['nonce']}:{sub_id}:model:{rnd.number}.{job['attempt']}"
                     f":{model_attempt}",
                     "timeout_s": rnd.limits.model_timeout_s,
+                    **({"tools": job["tools"]} if "tools" in job else {}),  # a loop run's tools
                 },
             )
         )
@@ -377,6 +378,8 @@ def start_tool_task(
             "call": call,
             "limits": job["limits"],
             "approval_links": True,  # tool_task mails approval links (not to older tasks)
+            "declarations": True,  # and applies the tools' limits and retries (idem)
+            **({"tools": job["tools"]} if "tools" in job else {}),  # a loop run's tools
         },
         ids.tool_task_id(rnd.submission_id, rnd.number, index),
         version=child_version(context),

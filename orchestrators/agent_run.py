@@ -1,8 +1,9 @@
 """``agent_run``: the rounds of one turn, each round its own orchestration (``agent_round``).
 
 ``agent_run`` is called by ``agent_turn`` with ``{session_id, submission_id, request_id,
-text|text_ref, settings, turn_instance_id}`` and returns ``{"status": completed|failed|cancelled,
-"answer", "reason"}``. It only sequences rounds, so its history grows by a few events per round:
+text|text_ref, settings, turn_instance_id, tools?, policy?}`` and returns ``{"status":
+completed|failed|cancelled, "answer", "reason"}``. It only sequences rounds, so its history
+grows by a few events per round:
 
     round 1 -> round 2 -> ... -> answer | stop (guard, tool timeout, cancel)
                   \\-> needs_attention -> operator retry (the same round again) | abort | timeout
@@ -15,6 +16,11 @@ returns ``attention``: the run parks as ``needs_attention`` with the facts in it
 and the turn task, and waits for ``operator:{run}:{n}`` (a unique name per wait) raced with
 ``AGENT_ATTENTION_TIMEOUT_S``. ``retry`` runs the round again from the last committed round;
 ``abort`` and the timeout end the turn as ``failed`` with the recorded reason.
+
+A submission that carries ``policy`` (a loop's run, ``docs/loops.md``) runs under the app's
+turn limits with that policy laid over them; one that carries ``tools`` passes them to every
+round, whose model call offers only those and whose tool tasks refuse any other
+(``tool_not_allowed``).
 
 The phase is mirrored in a small custom status (``{"phase", "round", ...}``, at most 1 KB, never
 empty) and in the session's task graph (turn -> round -> model call, tool tasks).
@@ -89,6 +95,8 @@ def agent_run(context: df.DurableOrchestrationContext) -> Generator[Any, Any, di
         # Keys this run's ledger records: stable across replays, new for every run.
         "nonce": str(context.new_uuid()),
         "limits": read["limits"],
+        # A run with declared tools (a loop's) offers and allows only those; absent: all.
+        **({"tools": list(job["tools"])} if job.get("tools") else {}),
     }
     run = Run(entity, turn_id, base, TurnLimits.from_dict(read["limits"]))
     while run.round_no <= run.limits.max_rounds:
@@ -115,14 +123,28 @@ def agent_run(context: df.DurableOrchestrationContext) -> Generator[Any, Any, di
 
 
 def read_limits(context: df.DurableOrchestrationContext, job: dict[str, Any], turn_id: str) -> Gen:
-    """``{"ok", "limits"}`` from the caller's settings, else from the ``turn_limits`` activity."""
+    """``{"ok", "limits"}`` from the caller's settings, else from the ``turn_limits`` activity,
+    with the submission's own ``policy`` (a loop's) laid over them."""
     if job.get("settings") is not None:
         try:
-            return {"ok": True, "limits": TurnLimits.from_settings(job["settings"]).to_dict()}
+            read = {"ok": True, "limits": TurnLimits.from_settings(job["settings"]).to_dict()}
         except TurnSettingsError as exc:
             return {"ok": False, "message": str(exc)}
-    # read in an activity: settings (and their secrets) stay out of histories
-    return (yield context.call_activity("turn_limits", {"turn": turn_id}))
+    else:  # read in an activity: settings (and their secrets) stay out of histories
+        read = yield context.call_activity("turn_limits", {"turn": turn_id})
+    return with_policy(read, job.get("policy"))
+
+
+def with_policy(read: dict[str, Any], policy: dict[str, Any] | None) -> dict[str, Any]:
+    """The read limits with a run's policy over them; no policy (any submission before loops
+    carried one) leaves them as read, so such runs replay unchanged."""
+    if not read.get("ok") or not policy:
+        return read
+    try:
+        limits = TurnLimits.from_dict(read["limits"]).with_policy(policy)
+    except TurnSettingsError as exc:
+        return {"ok": False, "message": f"policy.{exc}"}
+    return {"ok": True, "limits": limits.to_dict()}
 
 
 def run_round(context: df.DurableOrchestrationContext, run: Run) -> Gen:

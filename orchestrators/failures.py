@@ -2,15 +2,24 @@
 backoff timers, then the kind's ``onFailure`` handler exactly once, then a tier.
 
 ``yield from run_kind(context, policy, task_id, input)`` returns the envelope
-``{"ok", "tier", "attempts", "result"?, "failure"?, "handler"?}`` and never raises for a
-failure of the kind or of its handler: a caller branches on ``tier``. Progress is published
-in the custom status (``attempt``, then ``on_failure``, then the tier), so the three tiers are
+``{"ok", "tier", "attempts", "result"?, "failure"?, "last"?, "handler"?}`` and never raises for
+a failure of the kind or of its handler: a caller branches on ``tier``.
+
+A try is the activity (or sub-orchestration, ``call="orchestrator"``) named by the kind, or,
+when the caller passes ``attempt``, the sub-generator ``attempt(n)``: it fails by raising,
+and a failure that is a value rather than an exception raises ``TryFailed(message, value)``
+so the envelope keeps the last value as ``last`` (a tool's failed result, for the model).
+
+Progress is published in the custom status (``attempt``, then ``on_failure``, then the tier;
+``publish=False`` leaves the caller's status alone), and ``progress(tier, facts)``, a
+sub-generator, lets a caller record it elsewhere (a tool task's session record) after each
+failed try that will be retried and before the handler starts. The three tiers are so
 visible per task while it runs and after.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +29,16 @@ from kernel import failures
 from orchestrators.steps import set_status
 
 Gen = Generator[Any, Any, Any]
+Attempt = Callable[[int], Gen]
+Progress = Callable[[str, dict[str, Any]], Gen]
+
+
+class TryFailed(Exception):
+    """A try that ended in a failure value; ``value`` is kept as the envelope's ``last``."""
+
+    def __init__(self, message: str, value: Any = None) -> None:
+        super().__init__(message)
+        self.value = value
 
 
 def _call(
@@ -28,10 +47,11 @@ def _call(
     task_id: str,
     attempt: int,
     payload: Any,
-) -> Any:
+) -> Gen:
     if policy.call == "orchestrator":
-        return context.call_sub_orchestrator(policy.kind, payload, f"{task_id}:try:{attempt}")
-    return context.call_activity(policy.kind, payload)
+        child = f"{task_id}:try:{attempt}"
+        return (yield context.call_sub_orchestrator(policy.kind, payload, child))
+    return (yield context.call_activity(policy.kind, payload))
 
 
 def run_kind(
@@ -39,46 +59,59 @@ def run_kind(
     policy: failures.FailurePolicy,
     task_id: str,
     payload: Any,
+    attempt: Attempt | None = None,
+    publish: bool = True,
+    progress: Progress | None = None,
 ) -> Gen:
-    failure = ""
-    attempt = 0
-    for attempt in range(1, policy.max_attempts + 1):
-        set_status(context, "attempt", kind=policy.kind, attempt=attempt)
+    def status(phase: str, **fields: Any) -> None:
+        if publish:
+            set_status(context, phase, kind=policy.kind, **fields)
+
+    failure, last, tried = "", None, 0
+    for tried in range(1, policy.max_attempts + 1):
+        status("attempt", attempt=tried)
         try:
-            result = yield _call(context, policy, task_id, attempt, payload)
+            if attempt is None:
+                result = yield from _call(context, policy, task_id, tried, payload)
+            else:
+                result = yield from attempt(tried)
         except Exception as exc:  # noqa: BLE001 - a failed try is data here
-            failure = str(exc)
-            delay = policy.delay_after(attempt)
+            failure, last = str(exc), getattr(exc, "value", None)
+            delay = policy.delay_after(tried)
             if delay is None:
                 break
+            if progress is not None:
+                yield from progress("retried", {"attempt": tried, "failure": failure})
             yield context.create_timer(context.current_utc_datetime + timedelta(seconds=delay))
             continue
-        tier = failures.tier(True, attempt, None)
-        set_status(context, tier, kind=policy.kind, attempts=attempt)
-        return {"ok": True, "tier": tier, "attempts": attempt, "result": result}
+        tier = failures.tier(True, tried, None)
+        status(tier, attempts=tried)
+        return {"ok": True, "tier": tier, "attempts": tried, "result": result}
     handled: bool | None = None
     handler: dict[str, Any] | None = None
     if policy.on_failure:
-        set_status(
-            context, "on_failure", kind=policy.kind, attempts=attempt, handler=policy.on_failure
-        )
+        status("on_failure", attempts=tried, handler=policy.on_failure)
+        if progress is not None:
+            yield from progress("retried", {"attempt": tried, "failure": failure, "handler": True})
         try:
             output = yield context.call_sub_orchestrator(
                 policy.on_failure,
-                failures.handler_input(policy, task_id, payload, failure, attempt),
+                failures.handler_input(policy, task_id, payload, failure, tried),
                 failures.handler_instance_id(task_id),
             )
             handled, handler = True, {"name": policy.on_failure, "result": output}
         except Exception as exc:  # noqa: BLE001 - a failed handler means a person must look
             handled, handler = False, {"name": policy.on_failure, "failure": str(exc)[:2000]}
-    tier = failures.tier(False, attempt, handled)
-    set_status(context, tier, kind=policy.kind, attempts=attempt, failure=failure[:500])
+    tier = failures.tier(False, tried, handled)
+    status(tier, attempts=tried, failure=failure[:500])
     envelope: dict[str, Any] = {
         "ok": False,
         "tier": tier,
-        "attempts": attempt,
+        "attempts": tried,
         "failure": failure[:2000],
     }
+    if last is not None:
+        envelope["last"] = last
     if handler is not None:
         envelope["handler"] = handler
     return envelope

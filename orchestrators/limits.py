@@ -6,7 +6,8 @@ slot from the ``limiter`` entity of the filled key, sleeping while it waits - on
 event ``limit:{holder}:{n}``, raced with a timer, so a lost hand-over only delays it - runs
 ``step`` (a sub-generator), and releases the slot, handing it to the next in line through the
 ``hand_over`` activity. A debounced step that a later one superseded does not run: the
-result is ``{"ok": false, "kind": "superseded"}``.
+result is ``{"ok": false, "kind": "superseded"}``. A caller that passes ``grant`` (a dict)
+learns the filled key and its ticket, to show which place in line it had.
 
 A step that raises still releases its slot; a host that dies mid-step leaves the slot to
 its lease (``lease_s``), after which the next waiter takes it.
@@ -33,10 +34,17 @@ def limiter_entity(key: str) -> df.EntityId:
 
 
 def acquire(
-    context: df.DurableOrchestrationContext, limit: limits.Limit, key: str, holder: str
+    context: df.DurableOrchestrationContext,
+    limit: limits.Limit,
+    key: str,
+    holder: str,
+    grant: dict[str, Any] | None = None,
 ) -> Gen:
-    """``granted`` or ``superseded`` (debounce)."""
+    """``granted`` or ``superseded`` (debounce); ``grant``, when given, receives the key and
+    the request's ``ticket`` (its place in the key's arrival order)."""
     entity = limiter_entity(key)
+    if grant is not None:
+        grant["key"] = key
     for wait_no in range(1, MAX_WAITS + 1):
         event = f"limit:{holder}:{wait_no}"
         now = context.current_utc_datetime
@@ -52,6 +60,8 @@ def acquire(
                 "now": now.isoformat(),
             },
         )
+        if grant is not None and answer.get("ticket") is not None:
+            grant["ticket"] = answer["ticket"]
         if answer.get("granted"):
             return "granted"
         if answer.get("superseded"):
@@ -85,9 +95,10 @@ def limited(
     fields: dict[str, Any],
     holder: str,
     step: Callable[[], Gen],
+    grant: dict[str, Any] | None = None,
 ) -> Gen:
     key = limits.render_key(limit, fields)
-    if (yield from acquire(context, limit, key, holder)) == "superseded":
+    if (yield from acquire(context, limit, key, holder, grant)) == "superseded":
         return {"ok": False, "kind": "superseded", "message": f"a later call on {key} replaced it"}
     try:
         result = yield from step()

@@ -1,14 +1,16 @@
 """``tool_task``: one tool call as its own orchestration - intent before action.
 
 Called by ``agent_round`` with ``{session_id, submission_id, turn_id, round_id, round, index,
-nonce, call: {id, name, arguments}, limits}`` under the id ``kernel.ids.tool_task_id``. Returns an
-envelope and never raises for tool trouble: ``{"ok", "status": completed|failed|interrupted|
-cancelled, "kind", "message", "tool_call_id", "name"}``.
+nonce, call: {id, name, arguments}, limits, tools?, approval_links?, declarations?}`` under
+the id ``kernel.ids.tool_task_id``. Returns an envelope and never raises for tool trouble:
+``{"ok", "status": completed|failed|interrupted|cancelled, "kind", "message", "tool_call_id",
+"name"}``.
 
 Phases (custom status ``{"phase", "tool", ...}``; task record ``tool`` under the round):
 
 1. call: resolve the tool and validate its arguments (``kernel.tools.validate_call``, with the
-   tool's pre-checks). A rejected call is answered at once with the error the model will see.
+   tool's pre-checks). A rejected call is answered at once with the error the model will see;
+   so is a call of a tool outside the run's declared ``tools`` (``tool_not_allowed``).
 2. **call accepted** (commit 1): the intent with the final arguments and the tool's replay
    policy (entry kind ``tool_intent``), the task ``running``.
 3. approval, for tools that need one: wait for ``approval:{tool task id}``, raced with
@@ -21,6 +23,15 @@ Phases (custom status ``{"phase", "tool", ...}``; task record ``tool`` under the
    ``{tool task id}:notices``); every other tool is the ``execute_tool`` activity under the
    attempt record ``{nonce}:{submission}:{round}:{call}:1``. While another execution holds the
    record's lease, sleep on a durable timer and ask again (bounded).
+   A task started with ``declarations`` applies the tool's catalogue declarations
+   (``kernel/tools.py``, docs/loops.md): ``concurrency`` takes a slot of the ``limiter``
+   entity of the filled key first (``orchestrators/limits.limited``) and holds it across
+   every try; ``failure`` runs the tool under its ``FailurePolicy`` (``orchestrators/failures
+   .run_kind``): a ``tool_error`` is tried again under the attempt records ``...:2``, ``...:3``
+   after durable timers, and when every try failed the handler runs once as
+   ``{tool task id}:on-failure``; the task record carries the ``tier`` (``retried``,
+   ``handled``, ``needs_attention``, or ``ok``). Tasks started before that flag existed run
+   the tool once and unlimited, so their histories replay unchanged.
 5. **tool completed** (commit 2): the outcome (entry kind ``tool_outcome``) together with any
    document changes the tool asked for, so they apply exactly once; the task ``completing``.
 6. **result applied** (commit 3): the result as the tool message the model reads (entry kind
@@ -42,6 +53,7 @@ from kernel import limits as kernel_limits
 from kernel.statuses import TaskStatus
 from kernel.turn_policy import TurnLimits
 from orchestrators import limits as declared_limits
+from orchestrators.failures import TryFailed, run_kind
 from orchestrators.steps import (
     child_version,
     error_text,
@@ -58,6 +70,7 @@ INLINE_RESULT_BYTES = 12 * 1024
 
 
 Gen = Generator[Any, Any, Any]
+RETRYABLE_KINDS = frozenset({"tool_error"})  # the tool raised: another try may succeed
 FINAL_BY_KIND = {"interrupted": TaskStatus.INTERRUPTED, "rejected": TaskStatus.CANCELLED}
 
 
@@ -140,6 +153,12 @@ class ToolJob:
         return cls(task_id, job, call, str(call["name"]), limits, session_entity(job["session_id"]))
 
     @property
+    def allowed(self) -> list[str] | None:
+        """The run's declared tools (a loop's), or None: the whole catalogue."""
+        declared = self.job.get("tools")
+        return list(declared) if declared is not None else None
+
+    @property
     def submission_id(self) -> str:
         return str(self.job["submission_id"])
 
@@ -156,13 +175,15 @@ class Ran:
     documents: list[dict[str, Any]] = field(default_factory=list)
     result_ref: str | None = None
     runs: int | None = None
+    tier: str | None = None  # under a failure policy: ok | retried | handled | needs_attention
+    limit: dict[str, Any] | None = None  # under a declared limit: its key and ticket
 
 
 @bp.orchestration_trigger(context_name="context")
 def tool_task(context: df.DurableOrchestrationContext) -> Generator[Any, Any, dict[str, Any]]:
     tool = ToolJob.of(context.instance_id, context.get_input())
     set_status(context, "call", tool=tool.name)
-    valid, checked = tools.validate_call(tool.name, tool.call.get("arguments"))
+    valid, checked = tools.validate_call(tool.name, tool.call.get("arguments"), tool.allowed)
     if not valid:
         return (yield from reject_call(context, tool, checked))
     spec = tools.TOOLS[tool.name]
@@ -174,7 +195,7 @@ def tool_task(context: df.DurableOrchestrationContext) -> Generator[Any, Any, di
     set_status(context, "execute", tool=tool.name, approval=approval)
     ran = yield from execute(context, tool, checked, spec, approval)
     result = yield from record_outcome(context, tool, ran)
-    return (yield from apply_result(context, tool, result, ran.result_ref, approval))
+    return (yield from apply_result(context, tool, result, ran, approval))
 
 
 def reject_call(context: df.DurableOrchestrationContext, tool: ToolJob, checked: Any) -> Gen:
@@ -283,17 +304,74 @@ def execute(
         return Ran({"ok": False, "kind": "rejected", "message": message})
     if tool.name == "send_notices":
         return Ran((yield from send_notices(context, tool, checked)))
-    if spec.concurrency is not None:  # a declared limit (docs/loops.md); none: no entity call
-        fields = {"tool": tool.name, "session": tool.job["session_id"], **checked}
-        ran = yield from declared_limits.limited(
-            context,
-            kernel_limits.parse_limit(spec.concurrency),
-            fields,
-            tool.task_id,
-            lambda: execute_tool(context, tool, checked, spec),
+    if not tool.job.get("declarations"):  # started before declarations applied: as it ran
+        return (yield from execute_tool(context, tool, checked, spec))
+    if spec.concurrency is None:
+        return (yield from execute_declared(context, tool, checked, spec))
+    # A declared limit (docs/loops.md): the slot is held across every try of the tool.
+    grant: dict[str, Any] = {}
+    ran = yield from declared_limits.limited(
+        context,
+        kernel_limits.parse_limit(spec.concurrency),
+        {"tool": tool.name, "session": tool.job["session_id"], **checked},
+        tool.task_id,
+        lambda: execute_declared(context, tool, checked, spec),
+        grant,
+    )
+    ran = ran if isinstance(ran, Ran) else Ran(ran)  # a superseded (debounced) call
+    ran.limit = grant
+    return ran
+
+
+def execute_declared(
+    context: df.DurableOrchestrationContext,
+    tool: ToolJob,
+    checked: dict[str, Any],
+    spec: tools.ToolSpec[Any],
+) -> Gen:
+    """The tool under its failure policy, if it declares one: a ``tool_error`` is tried again
+    (attempt records ``...:2``, ``...:3``), then the handler runs once; the ``Ran`` says the
+    tier, and the task record shows each step (``retry n`` / ``on_failure``)."""
+    policy = spec.failure
+    if policy is None:
+        return (yield from execute_tool(context, tool, checked, spec))
+
+    def attempt(number: int) -> Gen:
+        ran = yield from execute_tool(context, tool, checked, spec, number)
+        if ran.result.get("kind") in RETRYABLE_KINDS:
+            raise TryFailed(str(ran.result.get("message") or "tool_error"), ran)
+        return ran
+
+    def progress(tier: str, facts: dict[str, Any]) -> Gen:
+        phase = "on_failure" if facts.get("handler") else f"retry {facts['attempt'] + 1}"
+        task = {"id": tool.task_id, "status": TaskStatus.RUNNING, "phase": phase, "tier": tier}
+        yield context.call_entity(
+            tool.entity,
+            "commit",
+            tool.commit(tasks=[{**task, "reason": str(facts["failure"])[:1000]}]),
         )
-        return ran if isinstance(ran, Ran) else Ran(ran)
-    return (yield from execute_tool(context, tool, checked, spec))
+
+    original = {
+        "tool": tool.name,
+        "arguments": checked,
+        "session_id": tool.job["session_id"],
+        "submission_id": tool.submission_id,
+        "tool_call_id": tool.call["id"],
+    }
+    outcome = yield from run_kind(
+        context, policy, tool.task_id, original, attempt, publish=False, progress=progress
+    )
+    if outcome["ok"]:
+        ran = outcome["result"]
+    else:
+        ran = outcome.get("last") or Ran({"ok": False, "kind": "tool_error", "message": ""})
+        told = {"handled": "the operator was notified"}.get(
+            outcome["tier"], "nobody could be notified, it needs attention"
+        )
+        message = f"{outcome['failure']} (tried {outcome['attempts']} times; {told})"
+        ran.result = {**ran.result, "message": message[:1000]}
+    ran.tier = outcome["tier"]
+    return ran
 
 
 def send_notices(context: df.DurableOrchestrationContext, tool: ToolJob, checked: Any) -> Gen:
@@ -326,8 +404,10 @@ def execute_tool(
     tool: ToolJob,
     checked: dict[str, Any],
     spec: tools.ToolSpec[Any],
+    attempt: int = 1,
 ) -> Gen:
-    """The ``execute_tool`` activity under the attempt record; sleeps while another holds it."""
+    """The ``execute_tool`` activity under the attempt record of try ``attempt``; sleeps
+    while another execution holds it."""
     job, limits = tool.job, tool.limits
     ran: dict[str, Any] = {"status": "leased"}
     for wait_no in range(1, MAX_LEASE_WAITS + 1):
@@ -335,7 +415,8 @@ def execute_tool(
             ran = yield context.call_activity(
                 "execute_tool",
                 {
-                    "key": f"{job['nonce']}:{tool.submission_id}:{job['round']}:{job['index']}:1",
+                    "key": f"{job['nonce']}:{tool.submission_id}:{job['round']}:{job['index']}"
+                    f":{attempt}",
                     "tool_task_id": tool.task_id,
                     "name": tool.name,
                     "arguments": checked,
@@ -405,23 +486,33 @@ def apply_result(
     context: df.DurableOrchestrationContext,
     tool: ToolJob,
     result: dict[str, Any],
-    result_ref: str | None,
+    ran: Ran,
     approval: dict[str, Any] | None,
 ) -> Gen:
-    """Fact 3, result applied: the tool message the model reads, the task final."""
+    """Fact 3, result applied: the tool message the model reads, the task final (with its
+    tier, under a failure policy)."""
     status = _final_status(result)
-    set_status(context, "applied", tool=tool.name, ok=bool(result.get("ok")), approval=approval)
+    set_status(
+        context,
+        "applied",
+        tool=tool.name,
+        ok=bool(result.get("ok")),
+        approval=approval,
+        tier=ran.tier,
+        limit=ran.limit,
+    )
     reason = (
         {}
         if result.get("ok")
         else {"reason": f"{result.get('kind')}: {result.get('message')}"[:1000]}
     )
+    tier = {"tier": ran.tier} if ran.tier else {}
     yield context.call_entity(
         tool.entity,
         "commit",
         tool.commit(
-            entries=[result_entry(tool.task_id, tool.call, result, result_ref)],
-            tasks=[{"id": tool.task_id, "status": status, "phase": "applied", **reason}],
+            entries=[result_entry(tool.task_id, tool.call, result, ran.result_ref)],
+            tasks=[{"id": tool.task_id, "status": status, "phase": "applied", **reason, **tier}],
         ),
     )
     return envelope(tool.call, result, status)

@@ -100,8 +100,10 @@
     function node(task) {
       seen.add(task.id);
       const kids = (task.children || []).filter((id) => tasks[id] && !seen.has(id)).map((id) => node(tasks[id]));
-      return el("li", { "data-task": task.id, "data-status": task.status, "data-phase": task.phase || "" },
+      return el("li", { "data-task": task.id, "data-status": task.status, "data-phase": task.phase || "", "data-tier": task.tier || "" },
         el("code", { title: task.id }, task.kind), " ", badge(task.status),
+        // how far a task under a failure policy got: ok, retried, handled, needs_attention
+        task.tier ? el("span", { class: "tier", title: "failure tier" }, ` [${task.tier}]`) : null,
         task.phase ? el("span", { class: "muted" }, ` ${task.phase}`) : null,
         task.reason ? el("span", { class: "muted" }, ` — ${task.reason}`) : null,
         el("div", { class: "muted" }, el("small", {}, task.id)),

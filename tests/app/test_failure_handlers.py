@@ -1,14 +1,22 @@
 """Per-kind failure handlers end to end: retried -> handled -> needs attention, the handler
-exactly once with the original input and the last failure."""
+exactly once with the original input and the last failure - in a test app, and for the tools
+of the kernel's catalogue, whose task records carry the tier."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from kernel import ids
+from tests.app.test_notices_workflow import mailbox_call
+from tests.app.test_sessions_api import final, submit, view
 from tests.harness import APPS, HostProcess, store_spec_for, store_specs
+
+OPERATOR = "ops@example.com"
 
 
 @pytest.fixture(params=store_specs())
@@ -49,3 +57,57 @@ def test_each_tier_is_reached_and_the_handler_runs_once(host: HostProcess, tmp_p
     assert given["task_id"] == "task-exhausted"
     hopeless = host.status("task-hopeless")["output"]
     assert "refund service is down" in hopeless["handler"]["failure"]
+
+
+def test_a_failing_tool_is_retried_then_handled_once_or_left_for_a_person(
+    fresh_kernel_host: Callable[..., HostProcess], mailbox: str
+) -> None:
+    """``write_document`` raises on its first 7 runs: 3 + 3 tries give up (the first time the
+    operator's mail is refused, the second time it goes out), the 7th fails once more and the
+    8th succeeds, and the 9th run is a first-try success."""
+    host = fresh_kernel_host(
+        {
+            "AGENT_MAIL_BASE_URL": mailbox,
+            "AGENT_OPERATOR_EMAIL": OPERATOR,
+            "KERNEL_FAULTS": "tool.raise.write_document@7",
+        }
+    ).start()
+    session = "failing-tools"
+
+    def run(request_id: str, text: str) -> str:
+        sub_id = submit(host, session, request_id, text).json()["submissionId"]
+        final(host, session, sub_id, timeout=60)
+        return ids.tool_task_id(sub_id, 1, 0)
+
+    mailbox_call(mailbox, "/control", {"reject": [OPERATOR]})
+    hopeless = run("r1", "remember alpha: one")
+    mailbox_call(mailbox, "/control", {"reject": []})
+    handled = run("r2", "remember beta: two")
+    retried = run("r3", "remember gamma: three")
+    first = run("r4", "remember delta: four")
+
+    tasks = view(host, session)["tasks"]
+    seen = {
+        t: (tasks[t]["status"], tasks[t].get("tier")) for t in (hopeless, handled, retried, first)
+    }
+    assert seen == {
+        hopeless: ("failed", "needs_attention"),
+        handled: ("failed", "handled"),
+        retried: ("completed", "retried"),
+        first: ("completed", "ok"),
+    }
+    assert "tried 3 times" in tasks[handled]["reason"]
+    # The handler ran once per task that gave up, with the original input and the last failure.
+    given: dict[str, Any] = host.status(f"{handled}:on-failure", "?showInput=true") or {}
+    assert given["runtimeStatus"] == "Completed" and given["output"]["notified"] is True
+    if isinstance(given["input"], str):  # the SDK starts a child with its input as JSON text
+        given["input"] = json.loads(given["input"])
+    assert given["input"]["task_id"] == handled and given["input"]["attempts"] == 3
+    assert given["input"]["input"]["arguments"] == {"title": "beta", "text": "two"}
+    assert "injected failure 6 of 7" in given["input"]["failure"]
+    refused = host.status(f"{hopeless}:on-failure") or {}
+    assert refused["runtimeStatus"] == "Failed"
+    mails = [m for m in mailbox_call(mailbox, "/messages")["messages"] if m["to"] == OPERATOR]
+    assert len(mails) == 1 and handled in mails[0]["body"]
+    for task_id in (retried, first):
+        assert host.status(f"{task_id}:on-failure") is None

@@ -61,13 +61,16 @@ def test_the_page_follows_a_session_live(
 
     child = f"{turn}:check"
     note = {"id": "plan", "type": "note", "data": {"title": "Plan", "text": "ship it"}}
-    task = {"id": child, "kind": "check", "parent": turn, "status": "running", "phase": "verify"}
+    task = {"id": child, "kind": "check", "parent": turn, "status": "running", "phase": "verify",
+            "tier": "retried"}  # fmt: skip
     resp = kernel_host.post(
         f"{WEBHOOK}/entities/session/{SESSION}?op=commit", {"documents": [note], "tasks": [task]}
     )
     assert resp.status == 202
     nested = f"document.querySelector('li[data-task={js(turn)}] li[data-task={js(child)}]')?.dataset.phase ?? null"
     shown(browser, nested, "verify", "the child task under its turn")
+    tier = f"document.querySelector('li[data-task={js(child)}]').dataset.tier"
+    assert browser.evaluate(tier) == "retried"  # the failure tier shows with the task
     assert "ship it" in browser.evaluate(
         "document.querySelector('[data-document=\"plan\"]').textContent"
     )

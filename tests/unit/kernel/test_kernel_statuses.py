@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import get_args
 
+from kernel.failures import TIERS
 from kernel.statuses import (
     FINAL_SUBMISSION_STATUSES,
     TERMINAL_TASK_STATUSES,
@@ -12,12 +13,14 @@ from kernel.statuses import (
     SubmissionStatus,
     TaskStatus,
     TaskStatusValue,
+    TierValue,
 )
 
 
 def test_the_request_literals_hold_the_same_values_as_the_enums():
     assert set(get_args(TaskStatusValue)) == {s.value for s in TaskStatus}
     assert set(get_args(FinalStatusValue)) == {s.value for s in FINAL_SUBMISSION_STATUSES}
+    assert get_args(TierValue) == TIERS
 
 
 def test_members_serialise_and_compare_as_plain_strings():

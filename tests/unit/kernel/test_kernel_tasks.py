@@ -127,3 +127,15 @@ def test_an_unknown_status_is_rejected() -> None:
     error = rejects(session.new_state("s1", T0), {"id": "t1", "kind": "tool", "status": "done"})
 
     assert error.field == "tasks[0].status"
+
+
+def test_a_task_under_a_failure_policy_records_its_tier() -> None:
+    state = with_tasks({"id": "t1", "kind": "tool", "status": "running"})
+    assert "tier" not in state["tasks"]["t1"]  # only tasks under a failure policy have one
+    state, _ = session.commit(state, {"tasks": [{"id": "t1", "tier": "retried"}]}, T1)
+    assert state["tasks"]["t1"]["tier"] == "retried"
+    state, _ = session.commit(
+        state, {"tasks": [{"id": "t1", "status": "failed", "tier": "handled"}]}, T1
+    )
+    assert (state["tasks"]["t1"]["status"], state["tasks"]["t1"]["tier"]) == ("failed", "handled")
+    assert rejects(state, {"id": "t1", "tier": "lost"}).field.endswith("tier")

@@ -31,17 +31,21 @@ def test_twenty_requests_with_limit_one_run_once_each_in_arrival_order() -> None
             granted.append(f"h{n}")
         else:
             assert answer["position"] == n  # queued once, in order
+        assert answer["ticket"] == n + 1  # numbered in arrival order
     state, again = ask(state, "h5", 0.5, **single)  # asking again keeps the place
-    assert again == {"granted": False, "position": 5, "retry_at": single["lease_s"]}
+    assert again == {"granted": False, "position": 5, "retry_at": single["lease_s"], "ticket": 6}
     running = granted[:]
     order = granted[:]
+    tickets = [1]
     while running:
         state, released = limits.apply(state, "release", {"holder": running.pop()}, 1.0)
         woken = [w["holder"] for w in released["wake"]]
         assert len(woken) <= 1
         running += woken
         order += woken
+        tickets += [w["ticket"] for w in released["wake"]]
     assert order == [f"h{n}" for n in range(20)]
+    assert tickets == list(range(1, 21))  # the grants follow the tickets
     assert state["holders"] == {} and state["waiters"] == []
 
 

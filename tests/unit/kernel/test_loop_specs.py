@@ -36,6 +36,12 @@ def test_a_declaration_becomes_a_spec_and_its_occurrences() -> None:
         ({"tools": "calculator"}, "tools"),
         ({"policy": []}, "policy"),
         ({"surprise": True}, "surprise"),
+        ({"tools": ["calculator", "teleport"]}, "tools[1]"),
+        ({"tools": ["calculator", "calculator"]}, "tools[1]"),
+        ({"policy": {"max_rounds": -1}}, "policy.max_rounds"),
+        ({"policy": {"max_rounds": True}}, "policy.max_rounds"),
+        ({"policy": {"max_concurrent_model_calls": 9}}, "policy.max_concurrent_model_calls"),
+        ({"policy": {"base_backoff_s": 90}}, "policy.base_backoff_s"),
     ],
 )
 def test_a_bad_declaration_names_its_field(change: dict[str, object], field: str) -> None:
@@ -43,6 +49,20 @@ def test_a_bad_declaration_names_its_field(change: dict[str, object], field: str
     with pytest.raises(ValidationError) as caught:
         loops.parse_spec(body, NOW)
     assert caught.value.field == field
+
+
+def test_declared_tools_and_policy_travel_with_each_run() -> None:
+    body = {"loopId": "l", "schedule": "0 0 9 * * *", "prompt": "p"}
+    plain = loops.parse_spec(body, NOW)
+    assert loops.run_options(plain) == {}  # the whole catalogue, the app's settings
+    narrow = loops.parse_spec(
+        {**body, "tools": ["read_document", "calculator"], "policy": {"max_rounds": 2}}, NOW
+    )
+    assert loops.run_options(narrow) == {
+        "tools": ["read_document", "calculator"],
+        "policy": {"max_rounds": 2},
+    }
+    assert loops.spec_from_json(narrow.as_json()) == narrow
 
 
 def test_control_pauses_resumes_and_deletes() -> None:

@@ -134,3 +134,14 @@ def test_openai_specs_cover_the_catalogue_with_schemas_from_the_models() -> None
 
 def test_every_spec_has_a_description_for_the_model() -> None:
     assert all(spec.description for spec in tools.TOOLS.values())
+
+
+def test_a_run_with_declared_tools_may_call_only_those() -> None:
+    allowed = ["calculator"]
+    assert tools.validate_call("calculator", {"expression": "1+1"}, allowed)[0] is True
+    ok, error = tools.validate_call("append_ledger", {"text": "x"}, allowed)
+    assert not ok and error["kind"] == "tool_not_allowed" and error["field"] == "name"
+    assert "calculator" in str(error["message"])
+    names = [spec["function"]["name"] for spec in tools.openai_tool_specs(allowed)]  # type: ignore[index]
+    assert names == ["calculator"]
+    assert len(tools.openai_tool_specs()) == len(tools.TOOLS)

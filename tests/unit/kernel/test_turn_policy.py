@@ -210,3 +210,18 @@ def test_replay_follows_the_attempt_ledger_rule(
 def test_an_unknown_attempt_state_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown attempt state"):
         replay_decision("safe", "safe", cast(AttemptState, "lost"))
+
+
+def test_a_runs_policy_is_laid_over_the_limits() -> None:
+    base = TurnLimits(max_rounds=8, token_budget=1000)
+    narrowed = base.with_policy({"max_rounds": 2})
+    assert (narrowed.max_rounds, narrowed.token_budget) == (2, 1000)
+    assert base.with_policy(None) is base and base.with_policy({}) is base
+    for policy, setting in (
+        ({"max_rounds": 0}, "max_rounds"),
+        ({"rounds": 2}, "rounds"),
+        ({"max_concurrent_model_calls": 1}, "max_concurrent_model_calls"),
+    ):
+        with pytest.raises(TurnSettingsError) as caught:
+            base.with_policy(policy)
+        assert caught.value.setting == setting
