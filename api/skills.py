@@ -416,7 +416,7 @@ async def cancel_run(
     req: func.HttpRequest, client: df.DurableOrchestrationClient
 ) -> func.HttpResponse:
     try:
-        instance, run, _ = await _live_run(client, req)
+        instance, run, skill = await _live_run(client, req)
         body = inputs.json_object(req.get_body()) if req.get_body() else {}
         reason = str(body.get("reason") or "cancelled through the API")[:500]
     except KernelError as exc:
@@ -432,4 +432,9 @@ async def cancel_run(
             # One that ended by itself in the meantime refuses the terminate: nothing to stop.
             with contextlib.suppress(Exception):
                 await client.terminate(status.instance_id, reason)
+    # A terminated run runs no more code: the slots of declared limits it held or waited for
+    # are released by an instance of its own, so the next in line need not wait for the lease.
+    if held := skills.limit_holders(skill, instance):
+        with contextlib.suppress(Exception):  # a second cancel finds it started: it ran once
+            await client.start_new("skill_run", f"{instance}:release", {"release": held})
     return reply({"runId": run, "instanceId": instance, "cancelled": True, "reason": reason}, 202)

@@ -38,7 +38,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic import ValidationError as PydanticError
 
-from kernel import ids, tools
+from kernel import ids, limits, tools
 from kernel.errors import ValidationError, join_path
 
 MAX_SKILL_BYTES = 64 * 1024
@@ -553,6 +553,31 @@ def event_step(skill: Skill, event: str) -> Any:
             if isinstance(found, EventStep) and found.event == event:
                 return found
     return None
+
+
+def limit_holders(skill: Skill, run_instance: str) -> list[dict[str, str]]:
+    """Every ``{"key", "holder"}`` a run may hold or wait for in a declared limit (a tool's
+    ``concurrency``): one holder per try of each such tool step. A cancelled run releases
+    them all, so its slot goes to the next in line now, not when its lease runs out. A key
+    filled from an argument that holds a reference is known only to the run: left out."""
+    held = []
+    for step in (found for top in skill.steps for found in _walk(top)):
+        spec = tools.TOOLS.get(step.tool) if isinstance(step, ToolStep) else None
+        if spec is None or spec.concurrency is None:
+            continue
+        limit = limits.parse_limit(spec.concurrency)
+        try:
+            key = limits.render_key(limit, {"tool": step.tool, "session": "", **step.arguments})
+        except ValidationError:
+            continue
+        if limit.mode != "singleton" or "${" in key:  # filled from a reference: run-time only
+            continue
+        instance = instance_of_step(skill, run_instance, step.id) or run_instance
+        held += [
+            {"key": key, "holder": f"{instance}:{step.id}:{attempt}"}
+            for attempt in range(1, step.retry.max_attempts + 1)
+        ]
+    return held
 
 
 def run_input_problems(skill: Skill, given: object) -> list[Problem]:

@@ -17,7 +17,8 @@ the join as its mode says). Per kind:
   again after a crash, and a try that died mid-run is re-run only when the tool and the step's
   ``replay`` policy are both ``safe`` (else ``interrupted``). While another execution holds a
   record's lease the run sleeps on a durable timer and asks again. A failed try is retried
-  after a durable timer as the step's ``retry`` says (never after ``interrupted``).
+  after a durable timer as the step's ``retry`` says (never after ``interrupted``). A tool
+  with a declared limit (``concurrency``: ``append_ledger``) takes its slot for each try.
 * ``model``: ``skill_model_call`` under ``{nonce}:skill:{instance}:{step}:model:{try}``;
   ``rate_limited`` / ``transient`` / ``timeout`` are retried as the step's ``retry`` says.
 * ``event``: wait for the event named by the step, raced with its timeout (``timeout``).
@@ -27,6 +28,10 @@ the join as its mode says). Per kind:
   ``failFast`` ends at the first failure and terminates the children still running.
 * ``sequence``: its children in order, in the same instance (a join child that is a
   sequence is one branch running several steps).
+
+A cancelled run (terminated by the cancel route) cannot release the slot of a declared limit
+it held; the route starts this function once more as ``{run}:release`` with ``{"release":
+[{"key", "holder"}]}`` (``kernel.skills.limit_holders``), which releases them and ends.
 
 Returns ``{"ok", "status": "completed"|"failed", "skill", "version", "steps": {id: result},
 "outputs": {id: output}, "failed_step"}`` (a branch: ``{"result", "steps", "outputs"}``).
@@ -44,7 +49,9 @@ from typing import Any
 
 import azure.durable_functions as df
 
+from kernel import limits as kernel_limits
 from kernel import skills, tools
+from orchestrators import limits as declared_limits
 from orchestrators.steps import child_version, event_or_deadline, event_payload, set_status
 
 bp = df.Blueprint()
@@ -100,6 +107,8 @@ def failed(kind: str, message: str, **extra: Any) -> dict[str, Any]:
 @bp.orchestration_trigger(context_name="context")
 def skill_run(context: df.DurableOrchestrationContext) -> Generator[Any, Any, dict[str, Any]]:
     job = context.get_input()
+    if "release" in job:  # what a cancelled run held: started by the cancel route
+        return (yield from release_slots(context, job["release"]))
     skill = skills.Skill.model_validate(job["definition"])
     branch = job.get("branch")
     scope = job.get("scope") or {"input": job.get("input") or {}, "steps": {}}
@@ -117,6 +126,13 @@ def skill_run(context: df.DurableOrchestrationContext) -> Generator[Any, Any, di
             return summary(run, False, step.id)
     run.status("completed")
     return summary(run, True, None)
+
+
+def release_slots(context: df.DurableOrchestrationContext, held: list[dict[str, str]]) -> Gen:
+    """Release every slot a cancelled run held or waited for, waking the next in line."""
+    for slot in held:
+        yield from declared_limits.release(context, slot["key"], slot["holder"])
+    return {"ok": True, "released": len(held)}
 
 
 def summary(run: Run, ok: bool, failed_step: str | None) -> dict[str, Any]:
@@ -180,7 +196,7 @@ def tool_step(run: Run, step: skills.ToolStep) -> Gen:
     attempt = 0
     while True:
         attempt += 1
-        ran = yield from execute(run, step, checked, policy, attempt)
+        ran = yield from limited_try(run, step, spec, checked, policy, attempt)
         result = ran.get("result") or failed("tool_error", "the tool gave no result")
         if result.get("ok"):
             done = {"ok": True, "output": result, "attempts": attempt, "runs": ran.get("runs")}
@@ -195,6 +211,28 @@ def tool_step(run: Run, step: skills.ToolStep) -> Gen:
                 attempts=attempt,
                 runs=ran.get("runs"),
             )
+
+
+def limited_try(
+    run: Run,
+    step: skills.ToolStep,
+    spec: tools.ToolSpec[Any],
+    arguments: dict[str, Any],
+    policy: str,
+    attempt: int,
+) -> Gen:
+    """One try, under the tool's declared limit when it has one (``docs/loops.md``): a skill
+    step appends to the tool ledger one at a time with every tool task that does."""
+    if spec.concurrency is None:
+        return (yield from execute(run, step, arguments, policy, attempt))
+    ran = yield from declared_limits.limited(
+        run.context,
+        kernel_limits.parse_limit(spec.concurrency),
+        {"tool": step.tool, "session": "", **arguments},
+        f"{run.instance_id}:{step.id}:{attempt}",
+        lambda: execute(run, step, arguments, policy, attempt),
+    )
+    return ran if "status" in ran else {"status": "done", "result": ran}  # superseded
 
 
 def execute(run: Run, step: skills.ToolStep, arguments: Any, policy: str, attempt: int) -> Gen:

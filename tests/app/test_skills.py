@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 
 from kernel import ids, skills
 from tests.app.turn_support import ModelServer, start_turn_host, submit, wait_final, wait_phase
-from tests.harness import HostProcess, store_specs, wait_for
+from tests.harness import WEBHOOK, HostProcess, store_specs, wait_for
 
 FINAL = ("completed", "failed", "cancelled")
 
@@ -278,6 +279,35 @@ def test_a_run_is_cancelled_and_then_takes_nothing_more(host):
     assert again.status == 409 and again.json()["error"] == "run_ended"
     assert late.status == 409
     assert "welcome Gone, fee" not in " ".join(ledger_lines(host))
+
+
+def test_a_cancelled_run_gives_up_its_place_in_a_declared_limit(host):
+    entity = f"{WEBHOOK}/entities/limiter/tool-ledger"  # append_ledger's declared limit
+
+    def now() -> str:
+        return datetime.now(UTC).isoformat()
+
+    def limiter() -> dict[str, Any]:
+        return host.get(entity).json() or {}
+
+    blocker = {"mode": "singleton", "limit": 1, "lease_s": 600, "holder": "test-blocker",
+               "instance_id": "none", "event": "none", "first": True}  # fmt: skip
+    host.post(f"{entity}?op=acquire", {**blocker, "now": now()})
+    wait_for(lambda: "test-blocker" in limiter().get("holders", {}), 10, "the slot taken")
+    register(host, {"name": "queued", "steps": [tool_step("one", "append_ledger", text="q1")]})
+    first = start(host, "queued", "r1")
+    wait_run(host, "queued", first["runId"], "waiting_for_limit")
+
+    cancelled = host.post(f"/api/skills/queued/runs/{first['runId']}/cancel")
+    released = host.wait_for_status(f"{first['instanceId']}:release", ("Completed",))
+    host.post(f"{entity}?op=release", {"holder": "test-blocker", "now": now()})
+    second = start(host, "queued", "r2")
+    done = wait_run(host, "queued", second["runId"], "completed")
+
+    assert cancelled.status == 202 and released["output"]["released"] == 1
+    assert done["steps"]["one"]["ok"] is True
+    assert ledger_lines(host).count("q1") == 1  # the cancelled run never appended
+    assert (limiter()["holders"], limiter()["waiters"]) == ({}, [])
 
 
 def test_fail_fast_stops_at_the_first_failure_after_its_retries(host):

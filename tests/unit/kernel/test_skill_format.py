@@ -309,3 +309,24 @@ def test_register_skill_is_a_tool_that_needs_approval_and_names_every_problem() 
         "skill.steps[0].arguments.expression",
         "skill.steps[1].id",
     ]
+
+
+def test_a_run_holds_a_declared_limit_once_per_try_of_each_limited_tool_step() -> None:
+    parsed = skills.parse(
+        skill(
+            tool("calc", expression="1"),  # no declared limit
+            {**tool("log", "append_ledger", text="${input.who}"), "retry": {"maxAttempts": 2}},
+            {
+                "id": "j",
+                "kind": "join",
+                "steps": [tool("branch_log", "append_ledger", text="x")],
+            },
+            inputs=["who"],
+        )
+    )
+
+    assert skills.limit_holders(parsed, "run") == [
+        {"key": "tool-ledger", "holder": "run:log:1"},
+        {"key": "tool-ledger", "holder": "run:log:2"},
+        {"key": "tool-ledger", "holder": "run:branch_log:branch_log:1"},
+    ]
