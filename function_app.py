@@ -13,9 +13,11 @@ from activities import (
     model_background,
     notice_session,
     operator_notice,
+    skills,
     tools,
 )
 from api import approval_links, loops, operator, pages, sessions
+from api import skills as skill_routes
 from entities import limiter, semaphore, session
 from orchestrators import (
     agent_loop,
@@ -24,6 +26,7 @@ from orchestrators import (
     agent_turn,
     notices,
     on_failure,
+    skill_run,
     tool_task,
 )
 
@@ -60,5 +63,9 @@ for blueprint in (
     # The onFailure handler of tools and loops that gave up (docs/loops.md).
     on_failure.bp,
     operator_notice.bp,
+    # Skills as data (docs/skills.md).
+    skill_run.bp,
+    skills.bp,
+    skill_routes.bp,
 ):
     app.register_functions(blueprint)

@@ -60,6 +60,7 @@ from typing import Any
 
 import azure.durable_functions as df
 
+from activities import skills as skill_activities
 from adapters import previews as preview_store
 from adapters import telemetry
 from adapters.attempt_ledger import AttemptLedger, LeaseLost, attempt_state, default_ledger
@@ -315,6 +316,10 @@ async def _note(env: ToolEnv, title: str) -> dict[str, Any] | None:
     return document
 
 
+async def _register_skill(args: dict[str, Any], env: ToolEnv) -> Outcome:
+    return Outcome(await skill_activities.register_from_agent(args, env.session_id))
+
+
 def _not_found(title: str) -> Result:
     return {"ok": False, "kind": "not_found", "message": f'there is no note titled "{title}"'}
 
@@ -325,6 +330,7 @@ _TOOLS: dict[str, ToolFn] = {
     "read_document": _read_document,
     "write_document": _write_document,
     "delete_document": _delete_document,
+    "register_skill": _register_skill,
 }
 
 

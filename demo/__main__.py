@@ -2,11 +2,14 @@
 show its progress live from the session's change stream.
 
 The request exercises the whole kernel: a calculator round, a document write, and the
-five-notices workflow against the real mail service. Progress lines come from
-``GET /api/sessions/{id}/changes?after=&wait=&previews=`` (long polling on the committed change
-log), so what you see is exactly what was made durable, in order - and, marked ``preview``, the
-answer as the model streams it and the tools while they run: previews (``AGENT_PREVIEWS=on``;
-the offline planner streams word by word), shown as they arrive and never recorded. ``--exit`` stops when the
+five-notices workflow against the real mail service. Then a skill (``docs/skills.md``) is
+registered through the API and run: a tool step, a wait for an event (raised by the demo), a
+join of a calculation and a timer, and a closing tool step, each shown as the run reaches it.
+Progress lines come from ``GET /api/sessions/{id}/changes?after=&wait=&previews=`` (long
+polling on the committed change log), so what you see is exactly what was made durable, in
+order - and, marked ``preview``, the answer as the model streams it and the tools while they
+run: previews (``AGENT_PREVIEWS=on``; the offline planner streams word by word), shown as they
+arrive and never recorded. ``--exit`` stops when the
 submission is final (used by tests); otherwise the host keeps serving until Ctrl-C, and the
 session page stays open at the printed URL.
 """
@@ -33,6 +36,43 @@ REQUEST = (
     'dave@example.com, erin@example.com subject "Service window"'
 )
 FINAL = ("completed", "failed", "cancelled")
+SKILL = {
+    "name": "onboard-customer",
+    "description": "Open the account, wait for the signed form, price the seats, welcome.",
+    "inputs": ["customer"],
+    "steps": [
+        {
+            "id": "account",
+            "kind": "tool",
+            "tool": "append_ledger",
+            "arguments": {"text": "account opened for ${input.customer}"},
+        },
+        {"id": "form", "kind": "event", "event": "signed_form", "timeoutS": 3600},
+        {
+            "id": "checks",
+            "kind": "join",
+            "mode": "allSettled",
+            "steps": [
+                {
+                    "id": "fee",
+                    "kind": "tool",
+                    "tool": "calculator",
+                    "arguments": {"expression": "${steps.form.seats} * 12"},
+                    "retry": {"maxAttempts": 3, "firstRetryS": 1},
+                },
+                {"id": "cooling", "kind": "timer", "seconds": 1},
+            ],
+        },
+        {
+            "id": "welcome",
+            "kind": "tool",
+            "tool": "append_ledger",
+            "arguments": {
+                "text": "welcome ${input.customer}: ${steps.form.seats} seats, fee ${steps.fee.value}"
+            },
+        },
+    ],
+}
 
 
 def http(method: str, url: str, body: Any = None, timeout: float = 70.0) -> tuple[int, Any]:
@@ -93,7 +133,9 @@ def entry_text(entry: dict[str, Any]) -> str:
 def describe(item: dict[str, Any], view: dict[str, Any]) -> str | None:
     kind = item.get("type")
     if kind == "entry":
-        entry = next((e for e in view.get("entries", []) if e["n"] == item["n"]), {})
+        entry: dict[str, Any] = next(
+            (e for e in view.get("entries", []) if e["n"] == item["n"]), {}
+        )
         label = f"{item['role']}/{item.get('kind') or 'message'}"
         return f"  entry #{item['n']:<3} {label:<22} {entry_text(entry)}"
     if kind == "task":
@@ -179,6 +221,7 @@ def main() -> int:
             "AGENT_PREVIEWS": "on",
             "AGENT_PREVIEW_DIR": str(state / "previews"),
             "AGENT_PLANNER_STREAM_DELAY_MS": "80",
+            "AGENT_SKILLS_DIR": str(state / "skills"),
         }
     )
     host, base = spawn(
@@ -223,14 +266,52 @@ def run(base: str, mail_url: str, exit_when_done: bool) -> int:
     deliveries = (stats or {}).get("deliveriesByRecipient", stats)
     print(f"\nmail service deliveries per recipient: {json.dumps(deliveries)}")
     print(f"watch the session: {base}/api/sessions/{session_id}/page")
+    run_view = run_skill(base, session_id, time.monotonic() + 120)
     if exit_when_done:
-        return 0 if sub["status"] == "completed" else 1
+        return 0 if sub["status"] == "completed" and run_view["status"] == "completed" else 1
     print("serving; Ctrl-C to stop")
     try:
         signal.pause()
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def run_skill(base: str, request_id: str, deadline: float) -> dict[str, Any]:
+    """Register the demo skill, start a run, raise the event it waits for, show its steps."""
+    status, registered = http("POST", f"{base}/api/skills", SKILL)
+    if status not in (200, 201):
+        raise SystemExit(f"skill refused: {status} {registered}")
+    name, version = registered["name"], registered["version"]
+    print(f"\nskill {name} v{version} registered: {SKILL['description']}")
+    status, run = http(
+        "POST",
+        f"{base}/api/skills/{name}/runs",
+        {"requestId": request_id, "input": {"customer": "ACME"}},
+    )
+    if status not in (200, 202):
+        raise SystemExit(f"skill run refused: {status} {run}")
+    url = f"{base}/api/skills/{name}/runs/{run['runId']}"
+    print(f"  run {run['runId']} started on v{run['version']}: {url}")
+    shown, raised = "", False
+    while time.monotonic() < deadline:
+        _, view = http("GET", url)
+        line = f"  run {view['status']:<10} step {view.get('step') or '-'}"
+        if line != shown:
+            print(line, flush=True)
+            shown = line
+        if view["status"] == "waiting" and view.get("step") == "form" and not raised:
+            print('  the signed form arrives: event signed_form {"seats": 3}')
+            http("POST", f"{url}/events/signed_form", {"payload": {"seats": 3}})
+            raised = True
+        if view["status"] in FINAL:
+            for step_id, result in (view.get("steps") or {}).items():
+                output = (view.get("outputs") or {}).get(step_id)
+                print(f"  step {step_id:<8} ok={result['ok']} {json.dumps(output)[:90]}")
+            print(f"skill run {view['status']} on v{view['version']}")
+            return dict(view)
+        time.sleep(0.2)
+    raise SystemExit("the skill run did not finish in time")
 
 
 if __name__ == "__main__":

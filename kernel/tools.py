@@ -15,6 +15,8 @@ delete_document    safe    yes       idempotent, but destructive, so a person ap
 append_ledger      unsafe  no        every run appends a line: never re-run blindly; one
                                      append at a time, in arrival order (``concurrency``)
 send_notices       unsafe  no        one e-mail per recipient, 1..50 distinct addresses
+register_skill     safe    yes       stores a skill (kernel.skills); the same definition again
+                                     adds no version, so a re-run is harmless (docs/skills.md)
 =================  ======  ========  ==========================================================
 
 Declarations (``concurrency``, ``failure``) are applied by the tool task
@@ -105,6 +107,13 @@ class SendNoticesArgs(ToolArgs):
     policy: Literal["allSettled", "failFast"] = "allSettled"
 
 
+class RegisterSkillArgs(ToolArgs):
+    skill: Annotated[
+        dict[str, Any],
+        Field(description="The skill definition: name, inputs, steps (docs/skills.md)."),
+    ]
+
+
 def _no_problems(args: BaseModel) -> list[str]:
     return []
 
@@ -112,6 +121,15 @@ def _no_problems(args: BaseModel) -> list[str]:
 def _expression_problems(args: CalculatorArgs) -> list[str]:
     error = calculator.check(args.expression)
     return [f"expression: {error.message}"] if error else []
+
+
+def _skill_problems(args: RegisterSkillArgs) -> list[str]:
+    from kernel import skills  # skills validates its tool steps against this catalogue
+
+    checked = skills.validate(args.skill)
+    if isinstance(checked, skills.Skill):
+        return []
+    return [f"skill.{p.field}: {p.message}" for p in checked]
 
 
 def _recipient_problems(args: SendNoticesArgs) -> list[str]:
@@ -227,6 +245,18 @@ _CATALOGUE: tuple[ToolSpec[Any], ...] = (
             "everyone and reports each outcome; failFast stops the rest at the first failure."
         ),
         precheck=_recipient_problems,
+    ),
+    ToolSpec(
+        name="register_skill",
+        args_model=RegisterSkillArgs,
+        policy="safe",
+        requires_approval=True,
+        description=(
+            "Register a skill: a named, versioned procedure of steps (tool calls, model calls, "
+            "waits for events, approvals and timers, joins) that runs as its own durable task. "
+            "A person approves it first."
+        ),
+        precheck=_skill_problems,
     ),
 )
 TOOLS: dict[str, ToolSpec[Any]] = {spec.name: spec for spec in _CATALOGUE}

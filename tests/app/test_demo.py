@@ -8,7 +8,7 @@ import sys
 from tests.harness import ROOT
 
 
-def test_demo_completes_and_sends_each_notice_once(tmp_path):
+def test_demo_completes_sends_each_notice_once_and_runs_a_registered_skill(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "demo", "--exit", "--port", "0", "--state-dir", str(tmp_path)],
         check=False,
@@ -27,3 +27,8 @@ def test_demo_completes_and_sends_each_notice_once(tmp_path):
     # The answer was streamed: the change stream showed it growing as a preview first.
     streamed = [line for line in result.stdout.splitlines() if " streaming " in line]
     assert streamed and streamed[0].split("streaming", 1)[1].strip().startswith("(17")
+    assert "skill onboard-customer v1 registered" in result.stdout
+    assert "skill run completed on v1" in result.stdout
+    assert "welcome ACME: 3 seats, fee 36" in result.stdout
+    ledger = (tmp_path / "tool-ledger.txt").read_text().splitlines()
+    assert ledger == ["account opened for ACME", "welcome ACME: 3 seats, fee 36"]

@@ -12,6 +12,7 @@ import azure.functions as func
 import pytest
 
 from api import approval_links, inputs, loops, operator, pages, purge, sessions
+from api import skills as skill_routes
 from entities.session import handle
 from kernel import content
 from kernel import session as core
@@ -254,7 +255,9 @@ def test_the_finishing_commit_is_accepted_by_the_session() -> None:
 
 def served_routes() -> set[tuple[str, str]]:
     app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
-    for blueprint in (sessions.bp, pages.bp, operator.bp, approval_links.bp, loops.bp):
+    for blueprint in (
+        sessions.bp, pages.bp, operator.bp, approval_links.bp, loops.bp, skill_routes.bp
+    ):  # fmt: skip
         app.register_functions(blueprint)
     routes = set()
     for function in app.get_functions():
@@ -310,7 +313,8 @@ def test_every_route_declares_the_level_docs_security_md_gives_it() -> None:
             level = trigger.auth_level
             levels[trigger.route] = str(getattr(level, "value", level)).lower()
     admin = {"sessions/{sessionId}/submissions/{submissionId}/operator",
-             "sessions/{sessionId}/approvals/{toolTaskId}"}  # fmt: skip
+             "sessions/{sessionId}/approvals/{toolTaskId}",
+             "skills/{name}/runs/{runId}/approvals/{stepId}"}  # fmt: skip
     anonymous = {"approvals/{toolTaskId}", "static/{name}", "openapi.yaml"}
 
     assert {route for route, level in levels.items() if level == "admin"} == admin

@@ -153,6 +153,62 @@ OFFLINE: list[Recorder] = [tools_turn, approval]
 WITH_MODEL: list[Recorder] = [rate_limited, attention, slot_wait]
 
 
+GOLDEN_SKILL = {
+    "name": "golden-skill",
+    "inputs": ["who"],
+    "steps": [
+        {"id": "gate", "kind": "approval", "timeoutS": 600},
+        {"id": "form", "kind": "event", "event": "signed", "timeoutS": 600},
+        {
+            "id": "both",
+            "kind": "join",
+            "steps": [
+                {
+                    "id": "priced",
+                    "kind": "sequence",
+                    "steps": [
+                        {
+                            "id": "fee",
+                            "kind": "tool",
+                            "tool": "calculator",
+                            "arguments": {"expression": "${steps.form.seats} * 12"},
+                        },
+                        {"id": "settle", "kind": "timer", "seconds": 0.1},
+                    ],
+                },
+                {"id": "pause", "kind": "timer", "seconds": 0.2},
+            ],
+        },
+        {"id": "note", "kind": "model", "prompt": "welcome ${input.who}"},
+        {
+            "id": "welcome",
+            "kind": "tool",
+            "tool": "calculator",
+            "arguments": {"expression": "${steps.fee.value} + 1"},
+        },
+    ],
+}
+
+
+def skill(host: HostProcess, model: ModelServer) -> dict[str, str]:
+    """A skill run through every step kind: approval, event, join (a sequence of a tool and a
+    timer; a timer), model, tool."""
+    json_request(f"{host.base_url}/api/skills", GOLDEN_SKILL)
+    run = json_request(
+        f"{host.base_url}/api/skills/golden-skill/runs", {"requestId": "r1", "input": {"who": "A"}}
+    )
+    url = f"{host.base_url}/api/skills/golden-skill/runs/{run['runId']}"
+    wait_phase(host, run["instanceId"], "approval")
+    json_request(f"{url}/approvals/gate", {"requestId": "a1", "decision": "approve"})
+    wait_phase(host, run["instanceId"], "waiting")
+    json_request(f"{url}/events/signed", {"payload": {"seats": 2}})
+    host.wait_for_status(run["instanceId"], timeout=60)
+    return {
+        "skill_run.all_kinds": run["instanceId"],
+        "skill_run.branch": f"{run['instanceId']}:priced",
+    }
+
+
 def export(db: Path, instance_id: str) -> dict[str, Any]:
     with sqlite3.connect(db) as conn:
         name, output, parent = conn.execute(
@@ -244,6 +300,11 @@ def json_request(url: str, body: Any) -> Any:
         return json.load(response)
 
 
+def record_skills(model: ModelServer, out: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        run([skill], model, {"AGENT_SKILLS_DIR": str(Path(tmp) / "skills")}, Path(tmp), out)
+
+
 def main() -> int:
     out = corpus_dir(app_version())
     out.mkdir(parents=True, exist_ok=True)
@@ -266,6 +327,7 @@ def main() -> int:
             )
         record_notices(model, out)
         record_background(model, out)
+        record_skills(model, out)
     finally:
         model.stop()
     return 0

@@ -23,6 +23,7 @@ def test_the_catalogue_declares_each_tools_policy_and_approval() -> None:
         "delete_document": ("safe", True),
         "append_ledger": ("unsafe", False),
         "send_notices": ("unsafe", False),
+        "register_skill": ("safe", True),
     }
 
 
@@ -122,7 +123,9 @@ def test_openai_specs_cover_the_catalogue_with_schemas_from_the_models() -> None
     specs: list[dict[str, Any]] = json.loads(json.dumps(tools.openai_tool_specs()))
 
     assert [s["function"]["name"] for s in specs] == list(tools.TOOLS)
-    notices = specs[-1]["function"]["parameters"]
+    notices = next(s for s in specs if s["function"]["name"] == "send_notices")["function"][
+        "parameters"
+    ]
     assert notices["required"] == ["recipients", "subject", "body"]
     assert notices["additionalProperties"] is False
     assert notices["properties"]["recipients"]["maxItems"] == 50
