@@ -28,11 +28,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from durable_host import config as config_mod  # noqa: E402
-from durable_host import loader  # noqa: E402
-from durable_host.client import DurableClient  # noqa: E402
-from durable_host.engine import Engine  # noqa: E402
-from durable_host.store.sqlite import SqliteStore  # noqa: E402
+from durable_host import config as config_mod
+from durable_host import loader
+from durable_host.client import DurableClient
+from durable_host.engine import Engine
+from durable_host.store.sqlite import SqliteStore
 
 APP = ROOT / "tests" / "apps" / "parity"
 PHASES = ("attempt", "load", "replay", "commit")
@@ -71,7 +71,7 @@ MODES = {"plain": (False, False), "fast": (True, False), "session": (True, True)
 
 
 async def one_length(
-    steps: int, count: int, folder: Path
+    steps: int, count: int, folder: Path, modes: list[str]
 ) -> tuple[int, dict[str, dict[str, float]]]:
     config = config_mod.load(APP)
     store = SqliteStore(folder / f"replay-{steps}.db")
@@ -87,7 +87,8 @@ async def one_length(
         started = time.monotonic()
         await wait_episodes(engine, steps + 1, 600)
         print(f" ({time.monotonic() - started:.1f}s)", flush=True)
-        for mode, (fast, live) in MODES.items():
+        for mode in modes:
+            fast, live = MODES[mode]
             engine.set_fast_replay(fast, with_sessions=live)
             results[mode] = await measure(engine, client, instance_id, count)
         events = len(await store.get_history(instance_id))
@@ -105,12 +106,12 @@ def table(results: list[tuple[int, int, dict[str, dict[str, float]]]]) -> None:
         + f" {'plain/mode':>11}"
     )
     for steps, events, by_mode in results:
-        plain = by_mode["plain"]["total"]
+        plain = by_mode["plain"]["total"] if "plain" in by_mode else float("nan")
         for mode, phases in by_mode.items():
             cells = " ".join(f"{phases[p]:>8.2f}" for p in (*PHASES, "total"))
             print(f"{steps:>6} {events:>7} {mode:>8} {cells} {plain / phases['total']:>10.1f}x")
     first, last = results[0], results[-1]
-    growth = {mode: last[2][mode]["total"] / first[2][mode]["total"] for mode in MODES}
+    growth = {mode: last[2][mode]["total"] / first[2][mode]["total"] for mode in last[2]}
     print(
         f"\ncost growth from {first[0]} to {last[0]} steps: "
         + ", ".join(f"{mode} {value:.1f}x" for mode, value in growth.items())
@@ -123,12 +124,16 @@ async def main() -> None:
     )
     parser.add_argument("--steps", default="10,100,1000")
     parser.add_argument("--measure", type=int, default=9, help="steps measured per mode")
+    parser.add_argument("--modes", default=",".join(MODES), help="of " + ", ".join(MODES))
     args = parser.parse_args()
     lengths = [int(s) for s in args.steps.split(",")]
+    modes = [m for m in args.modes.split(",") if m]
+    if unknown := set(modes) - set(MODES):
+        parser.error(f"unknown modes: {', '.join(sorted(unknown))}")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for steps in lengths:
-            results.append((steps, *await one_length(steps, args.measure, Path(tmp))))
+            results.append((steps, *await one_length(steps, args.measure, Path(tmp), modes)))
     table(results)
 
 
