@@ -108,6 +108,8 @@ def run_episode(
     poison = poison or state.poison
     if state.rewind is not None and poison is None:
         _rewind(handle, episode, state, now)
+        if session is not None:
+            session.reset()  # the history was rewritten: only a full replay fits it
     if state.suspend_changed:
         episode.status = state.status
     if poison is not None and state.status in _LIVE:
