@@ -5,13 +5,14 @@ An in-process engine on a fresh SQLite store runs the parity app's ``long_chain`
 activity steps (built with every optimisation on, to save time), then R more steps in each
 mode: ``plain`` (the SDK replays the whole stored history, re-read from the store),
 ``fast`` (replay.py: only the events the SDK reads, fast timestamps, the history cache) and
-``session`` (fast + sessions.py: the SDK's live orchestration continues, no replay).
+``session`` (fast + incremental replay, sessions.py: the SDK's live orchestration and the
+host's action walk continue from the last step; only the new events and actions are handled).
 A step's cost is the engine's own timing of the
 episode that takes in an activity's result: attempt (the poison counter's write) + load
 (status row + history, from the store or the history cache) + replay (the pure episode: the
 SDK's replay and the host's decisions) + commit. Medians; ratios are plain / mode.
 
-Usage: ``python bench/replay_cost.py [--steps 10,100,1000] [--measure 9]``
+Usage: ``python bench/replay_cost.py [--steps 10,100,1000] [--measure 9] [--modes plain,fast,session]``
 """
 
 from __future__ import annotations
