@@ -268,3 +268,15 @@ def test_an_orchestrator_that_is_not_a_generator_function_is_never_continued(mon
 
     assert session.continued == 0 and session.replays_only
     assert (d.status, d.output) == ("Completed", [0, 1, 2, 3])
+
+
+def test_live_sessions_live_in_the_bounded_history_cache_and_leave_it_least_recently_used():
+    cache = replay.HistoryCache(max_events=40)  # DURABLE_HOST_HISTORY_CACHE: the budget
+    for i in range(5):
+        cache.put(f"i{i}", ("e", "t"), [{"n": 0}] * 8, session=Session())
+    assert cache.get("i0", ("e", "t")) is not None  # used: now the most recent
+    cache.put("i5", ("e", "t"), [{"n": 0}] * 8, session=Session())
+
+    assert cache.size <= 40 and len(cache) == 5
+    assert cache.session("i1") is None  # evicted: its next episode rebuilds by a full replay
+    assert cache.session("i0") is not None and cache.session("i5") is not None
