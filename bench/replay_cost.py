@@ -5,13 +5,14 @@ An in-process engine on a fresh SQLite store runs the parity app's ``long_chain`
 activity steps (built with every optimisation on, to save time), then R more steps in each
 mode: ``plain`` (the SDK replays the whole stored history, re-read from the store),
 ``fast`` (replay.py: only the events the SDK reads, fast timestamps, the history cache) and
-``session`` (fast + sessions.py: the SDK's live orchestration continues, no replay).
+``session`` (fast + incremental replay, sessions.py: the SDK's live orchestration and the
+host's action walk continue from the last step; only the new events and actions are handled).
 A step's cost is the engine's own timing of the
 episode that takes in an activity's result: attempt (the poison counter's write) + load
 (status row + history, from the store or the history cache) + replay (the pure episode: the
 SDK's replay and the host's decisions) + commit. Medians; ratios are plain / mode.
 
-Usage: ``python bench/replay_cost.py [--steps 10,100,1000] [--measure 9]``
+Usage: ``python bench/replay_cost.py [--steps 10,100,1000] [--measure 9] [--modes plain,fast,session]``
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ MODES = {"plain": (False, False), "fast": (True, False), "session": (True, True)
 
 
 async def one_length(
-    steps: int, count: int, folder: Path
+    steps: int, count: int, folder: Path, modes: list[str]
 ) -> tuple[int, dict[str, dict[str, float]]]:
     config = config_mod.load(APP)
     store = SqliteStore(folder / f"replay-{steps}.db")
@@ -87,7 +88,8 @@ async def one_length(
         started = time.monotonic()
         await wait_episodes(engine, steps + 1, 600)
         print(f" ({time.monotonic() - started:.1f}s)", flush=True)
-        for mode, (fast, live) in MODES.items():
+        for mode in modes:
+            fast, live = MODES[mode]
             engine.set_fast_replay(fast, with_sessions=live)
             results[mode] = await measure(engine, client, instance_id, count)
         events = len(await store.get_history(instance_id))
@@ -105,12 +107,12 @@ def table(results: list[tuple[int, int, dict[str, dict[str, float]]]]) -> None:
         + f" {'plain/mode':>11}"
     )
     for steps, events, by_mode in results:
-        plain = by_mode["plain"]["total"]
+        plain = by_mode["plain"]["total"] if "plain" in by_mode else float("nan")
         for mode, phases in by_mode.items():
             cells = " ".join(f"{phases[p]:>8.2f}" for p in (*PHASES, "total"))
             print(f"{steps:>6} {events:>7} {mode:>8} {cells} {plain / phases['total']:>10.1f}x")
     first, last = results[0], results[-1]
-    growth = {mode: last[2][mode]["total"] / first[2][mode]["total"] for mode in MODES}
+    growth = {mode: last[2][mode]["total"] / first[2][mode]["total"] for mode in last[2]}
     print(
         f"\ncost growth from {first[0]} to {last[0]} steps: "
         + ", ".join(f"{mode} {value:.1f}x" for mode, value in growth.items())
@@ -123,12 +125,16 @@ async def main() -> None:
     )
     parser.add_argument("--steps", default="10,100,1000")
     parser.add_argument("--measure", type=int, default=9, help="steps measured per mode")
+    parser.add_argument("--modes", default=",".join(MODES), help="of " + ", ".join(MODES))
     args = parser.parse_args()
     lengths = [int(s) for s in args.steps.split(",")]
+    modes = [m for m in args.modes.split(",") if m]
+    if unknown := set(modes) - set(MODES):
+        parser.error(f"unknown modes: {', '.join(sorted(unknown))}")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for steps in lengths:
-            results.append((steps, *await one_length(steps, args.measure, Path(tmp))))
+            results.append((steps, *await one_length(steps, args.measure, Path(tmp), modes)))
     table(results)
 
 

@@ -9,7 +9,9 @@ Read from host.json: ``extensions.http.routePrefix`` (default ``api``),
 ``versionMatchStrategy`` / ``versionFailureStrategy`` (``versioning.py``; these and
 ``defaultVersion`` may be overridden by ``AzureFunctionsJobHost__extensions__durableTask__*``
 app settings, as the Functions host allows),
-``extendedSessionsEnabled`` (incremental replay, ``sessions.py``; default false),
+``extendedSessionsEnabled`` (incremental replay, ``sessions.py``; default false, as in the
+extension; the app setting ``AzureFunctionsJobHost__extensions__durableTask__extendedSessionsEnabled``
+overrides it, and ``DURABLE_HOST_SESSIONS`` overrides both, ``0`` being the off switch),
 and the top-level ``functionTimeout`` (``hh:mm:ss``) applied to activities.
 
 App-setting references: a string value of ``extensions.durableTask`` written ``%Name%``
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_host.records import RuntimeStatus
-from durable_host.versioning import VersionPolicy, VersionSettingError, policy_from
+from durable_host.versioning import ENV_PREFIX, VersionPolicy, VersionSettingError, policy_from
 
 # overridableExistingInstanceStates: the statuses in which a start may reuse an id.
 NON_RUNNING: tuple[str, ...] = (
@@ -137,8 +139,17 @@ def parse_host_json(
         function_timeout=parse_timespan(timeout) if timeout else None,
         overridable_states=ANY_STATE if str(states).lower() == "anystate" else NON_RUNNING,
         versioning=versioning,
-        extended_sessions=str(durable.get("extendedSessionsEnabled", False)).lower() == "true",
+        extended_sessions=_extended_sessions(durable, settings or {}),
     )
+
+
+def _extended_sessions(durable: Mapping[str, Any], settings: Mapping[str, str]) -> bool:
+    """host.json's ``extendedSessionsEnabled``, unless the app setting that the Functions host
+    maps onto it says otherwise."""
+    value = settings.get(ENV_PREFIX + "extendedSessionsEnabled")
+    if value is None:
+        value = durable.get("extendedSessionsEnabled", False)
+    return str(value).strip().lower() == "true"
 
 
 def load(app_dir: Path) -> HostConfig:

@@ -96,6 +96,10 @@ def run_episode(
     """
     episode = Episode()
     state = _MessageState(view, now, new_execution_id)
+    if session is not None and session.seen is not None:
+        if session.seen_covers == len(view.history):
+            state.seed_seen(session.seen)  # kept with the session: no pass over the history
+        session.seen = None  # kept again below, only if the episode leaves it exact
     for message_id, message in messages:
         state.accept(message_id, message)
     episode.consumed = sorted(state.consumed)
@@ -104,6 +108,8 @@ def run_episode(
     poison = poison or state.poison
     if state.rewind is not None and poison is None:
         _rewind(handle, episode, state, now)
+        if session is not None:
+            session.reset()  # the history was rewritten: only a full replay fits it
     if state.suspend_changed:
         episode.status = state.status
     if poison is not None and state.status in _LIVE:
@@ -119,6 +125,11 @@ def run_episode(
         result = _invoke(handle, episode, state, now, compact, session, default_version, text)
     if session is not None and result.status not in (None, RuntimeStatus.RUNNING):
         session.reset()  # finished, failed or continued as new: nothing to continue
+    elif session is not None and state.history_is_view() and not result.replace_history:
+        seen = state.seen_index()
+        for event in result.events:
+            seen.add(event)
+        session.seen, session.seen_covers = seen, len(view.history) + len(result.events)
     if state.rewritten:
         result.rewrite_history = True
         result.events = [*state.history, *result.events]
@@ -256,6 +267,16 @@ class _MessageState:
             # the child runs again from its start instead.
             self._start({"kind": MessageKind.START, "event": message["start"]})
 
+    def seed_seen(self, seen: _Seen) -> None:
+        """Use ``seen``, the index of exactly ``view.history``, instead of building one."""
+        self._seen = seen
+
+    def seen_index(self) -> _Seen:
+        """The index of the history and the events accepted so far (built if need be)."""
+        if self._seen is None:
+            self._seen = _Seen(self.history + self.new_events)
+        return self._seen
+
     def forget_seen(self) -> None:
         """The history was replaced: duplicate checks must look at the new one."""
         self._seen = None
@@ -265,11 +286,10 @@ class _MessageState:
         if target_execution and target_execution != self.execution_id:
             return  # a completion for an older execution
         event = message["event"]
-        if self._seen is None:
-            self._seen = _Seen(self.history + self.new_events)
-        if not self._seen.is_duplicate(event):
+        seen = self.seen_index()
+        if not seen.is_duplicate(event):
             self.new_events.append(event)
-            self._seen.add(event)
+            seen.add(event)
 
 
 def _ended_failed(history: list[Event]) -> bool:
@@ -358,28 +378,41 @@ def _invoke(
     history_text: replay.HistoryText | None = None,
 ) -> Episode:
     _copy_start(episode, state)
-    events = [*state.history, h.orchestrator_started(now), *state.new_events]
-    started = _execution_started(events)
+    # One OrchestratorStarted object, in the events replayed and in the episode's events: a
+    # session recognises the history it saw by the identity of its last event.
+    prefix = [h.orchestrator_started(now), *state.new_events]
+    started = _execution_started(state.history) or _execution_started(prefix)
     assert started is not None, "a running instance always has ExecutionStarted"
     name = started["Name"]
-    prefix = [h.orchestrator_started(now), *state.new_events]
     if handle is None:
         return _finish_failed(episode, prefix, started, missing_orchestrator_message(name), now)
-    text = None
-    if history_text is not None and history_text.covers == len(state.history):
-        text = history_text.text(events[len(state.history) :])
-    decided = _decide(handle, state.view.instance_id, events, started, compact, session, text)
-    if decided.raw_failure is not None:
-        return _finish_failed(episode, prefix, started, decided.raw_failure, now)
     view = InstanceView(
-        state.view.instance_id, RuntimeStatus.RUNNING, state.execution_id, events, name
+        state.view.instance_id, RuntimeStatus.RUNNING, state.execution_id, state.history, name
     )
-    shim = Shim(view, events, now, state.execution_id or "", default_version)
     try:
-        resolved = shim.walk(decided.actions)
-        shim.check_replayed()
+        if session is not None:
+            decided, shim, resolved = _live(
+                handle, view, state.history, prefix, started, now, session, default_version
+            )
+        else:
+            decided, shim, resolved = _replayed(
+                handle,
+                view,
+                state.history,
+                prefix,
+                started,
+                now,
+                compact,
+                default_version,
+                history_text,
+            )
     except NonDeterminismError as exc:
+        if session is not None:
+            session.reset()
         return _finish_failed(episode, prefix, started, str(exc), now)
+    if shim is None:
+        assert decided.raw_failure is not None
+        return _finish_failed(episode, prefix, started, decided.raw_failure, now)
     if decided.has_custom_status:
         text = wire.encode_json_text(decided.custom_status)
         if len(text.encode("utf-16-le")) // 2 > CUSTOM_STATUS_LIMIT:
@@ -397,20 +430,141 @@ def _invoke(
     return episode
 
 
+Decided = tuple[wire.OrchestratorState, Shim | None, bool]
+
+
+def _replayed(
+    handle: OrchestratorHandle,
+    view: InstanceView,
+    history: list[Event],
+    prefix: list[Event],
+    started: Event,
+    now: str,
+    compact: bool,
+    default_version: str | None,
+    history_text: replay.HistoryText | None,
+) -> Decided:
+    """A full replay: the SDK over the whole history, the walk over every action it lists.
+    The walk is None when the SDK failed without a state (``raw_failure``)."""
+    events = [*history, *prefix]
+    text = None
+    if history_text is not None and history_text.covers == len(history):
+        text = history_text.text(prefix)
+    decided = _decide(handle, view.instance_id, events, started, compact, text)
+    if decided.raw_failure is not None:
+        return decided, None, False
+    shim = Shim(view, events, now, view.execution_id or "", default_version)
+    resolved = shim.walk(decided.actions)
+    shim.check_replayed()
+    return decided, shim, resolved
+
+
+def _live(
+    handle: OrchestratorHandle,
+    view: InstanceView,
+    history: list[Event],
+    prefix: list[Event],
+    started: Event,
+    now: str,
+    session: Session,
+    default_version: str | None,
+) -> Decided:
+    """The episode through ``session`` (``sessions.py``): continued from the last episode
+    when it can be - only the events added since are fed, only the actions added since
+    are decoded and walked - else a full replay whose objects the session keeps."""
+    key = view.execution_id or ""
+    if not session.can_continue(handle, key, history):
+        return _rebuild(handle, view, history, prefix, started, now, session, default_version)
+    events = [*history[session.covers :], *prefix]
+    shim = session.shim
+    assert shim is not None
+    if not shim.resume(events, now):
+        return _rebuild(handle, view, history, prefix, started, now, session, default_version)
+    try:
+        decided = wire.decode_orchestrator_state(session.advance(events))
+    except Exception as exc:  # noqa: BLE001 - user-code failure is data
+        decided = wire.decode_orchestrator_exception(str(exc))
+    if session.shadow_due():
+        session.verify(handle, _request(view.instance_id, [*history, *prefix], started, True))
+    if decided.raw_failure is not None:
+        return decided, None, False
+    if session.timer_cancelled():
+        # An action behind the walk's cursor changed: walk the whole list again.
+        full, raised = session.full_answer()
+        decided = (
+            wire.decode_orchestrator_exception(full)
+            if raised
+            else wire.decode_orchestrator_state(full)
+        )
+        if decided.raw_failure is not None:
+            return decided, None, False
+        events = [*history, *prefix]
+        shim = Shim(view, events, now, key, default_version)
+        resolved = shim.walk(decided.actions)
+        shim.check_replayed()
+        session.keep(shim, events, decided.actions)
+        return decided, shim, resolved
+    first = shim.released
+    pending = [*session.unreleased, *decided.actions]
+    resolved = shim.walk(pending, first)
+    shim.check_replayed()
+    session.walked(pending, first)
+    return decided, shim, resolved
+
+
+def _rebuild(
+    handle: OrchestratorHandle,
+    view: InstanceView,
+    history: list[Event],
+    prefix: list[Event],
+    started: Event,
+    now: str,
+    session: Session,
+    default_version: str | None,
+) -> Decided:
+    events = [*history, *prefix]
+    request = _request(view.instance_id, events, started, True)
+    try:
+        decided = wire.decode_orchestrator_state(
+            session.rebuild(handle, view.execution_id or "", request)
+        )
+    except Exception as exc:  # noqa: BLE001 - user-code failure is data
+        decided = wire.decode_orchestrator_exception(str(exc))
+    if decided.raw_failure is not None:
+        return decided, None, False
+    shim = Shim(view, events, now, view.execution_id or "", default_version)
+    resolved = shim.walk(decided.actions)
+    shim.check_replayed()
+    session.keep(shim, events, decided.actions)
+    return decided, shim, resolved
+
+
+def _request(
+    instance_id: str, events: list[Event], started: Event, compact: bool
+) -> dict[str, Any]:
+    parent = started.get("ParentInstance") or {}
+    parent_id = (parent.get("OrchestrationInstance") or {}).get("InstanceId")
+    return wire.orchestration_request(
+        instance_id,
+        replay.sdk_history(events) if compact else events,
+        started.get("Input"),
+        parent_id,
+    )
+
+
 def _decide(
     handle: OrchestratorHandle,
     instance_id: str,
     events: list[Event],
     started: Event,
     compact: bool,
-    session: Session | None = None,
     history_text: str | None = None,
 ) -> wire.OrchestratorState:
-    """Run the SDK over ``events`` (or continue its ``session``): its decisions, or its failure.
-    ``history_text``: the JSON of the compact ``events``' items, when already at hand."""
+    """Run the SDK over ``events``: its decisions, or its failure. ``history_text``: the
+    JSON of the compact ``events``' items, when already at hand."""
     parent = started.get("ParentInstance") or {}
     parent_id = (parent.get("OrchestrationInstance") or {}).get("InstanceId")
-    if session is None and history_text is not None:
+    if history_text is not None:
         raw = wire.encode_orchestration_request_text(
             instance_id, history_text, started.get("Input"), parent_id
         )
@@ -418,16 +572,8 @@ def _decide(
             return wire.decode_orchestrator_state(handle(raw))
         except Exception as exc:  # noqa: BLE001 - user-code failure is data
             return wire.decode_orchestrator_exception(str(exc))
-    request = wire.orchestration_request(
-        instance_id,
-        replay.sdk_history(events) if compact else events,
-        started.get("Input"),
-        parent_id,
-    )
-    execution_id = (started.get("OrchestrationInstance") or {}).get("ExecutionId") or ""
+    request = _request(instance_id, events, started, compact)
     try:
-        if session is not None:
-            return wire.decode_orchestrator_state(session.answer(handle, execution_id, request))
         return wire.decode_orchestrator_state(handle(json.dumps(request)))
     except Exception as exc:  # noqa: BLE001 - user-code failure is data
         return wire.decode_orchestrator_exception(str(exc))

@@ -1,127 +1,299 @@
-"""A live SDK orchestration between episodes: a step without replaying the steps before it.
+"""A live orchestration between episodes: a step without replaying the steps before it.
 
-The SDK rebuilds an orchestration on every episode by running its generator over the whole
-history. A ``Session`` keeps the result of that work - the SDK's ``Orchestrator``, its
-``TaskOrchestrationExecutor`` and ``DurableOrchestrationContext``, the generator suspended at
-its last ``yield`` - and feeds the next episode only the events added since, through the
-executor's own ``process_event``, then asks the executor for its state exactly as
-``execute`` does. For orchestrator code that is deterministic (the Durable rule) the state is
-the one a full replay computes: the actions list, output, custom status and failure are
-accumulated by the same objects the replay would rebuild from scratch, and ``new_uuid``,
-``current_utc_datetime`` and the #507 buffered events carry over unchanged. What does not
-happen is the replay itself, so code guarded by ``context.is_replaying`` behaves as usual
-and unguarded code is not re-run for past steps.
+Without a session every episode rebuilds the orchestration from scratch: the SDK runs the
+generator over the whole history, and ``shim.Shim`` walks the SDK's whole action list
+against it. A ``Session`` keeps the result of both between episodes - the SDK's
+``Orchestrator``, its ``TaskOrchestrationExecutor`` and ``DurableOrchestrationContext``, the
+generator suspended at its last ``yield``, and the ``Shim`` with its cursor - and feeds the
+next episode only the events added to the history since (``advance``): the SDK processes
+them through the executor's own ``process_event``, the walk takes them through
+``Shim.resume``, and only the actions the SDK added are serialised (``get_orchestrator_state_str``
+runs over the new tail of the context's action list) and walked. For deterministic
+orchestrator code (the Durable rule) the outcome is the one a full replay computes: the
+objects are the ones the replay would rebuild, fed the same events in the same order, so
+output, custom status, failures, ``new_uuid``, ``current_utc_datetime``, the #507 buffered
+events, the ids the walk numbers and the events it writes carry over unchanged. What does
+not happen is the replay itself, so code guarded by ``context.is_replaying`` behaves as
+usual and unguarded code is not re-run for past steps.
 
-A session is used only when the events the SDK reads (``replay.sdk_history``) start with
-exactly the events it has already processed (same objects or equal values) in the same
-execution; anything else - a new execution, a rewound history, a session that finished,
-failed or was dropped - falls back to a full replay, which starts a new session. The engine
-keeps sessions only for hot instances, beside their cached history, and drops them the
-moment an instance waits, finishes, or a commit fails. Equivalence is pinned by
-tests/unit/durable_host/test_replay_equivalence.py.
+When a session cannot continue, the episode is a full replay (``rebuild``) whose objects
+become the session; the walk then checks every recorded action against the history, so a
+session rebuilt after an eviction, a restart or a code change fails the instance with the
+named mismatch (``shim.NonDeterminismError``) instead of going on from a wrong state. It
+cannot continue when:
 
-Only orchestrator functions that are generator functions themselves are continued. A plain
-function that *returns* a generator built by other code - an adapter such as the SDK's
-OpenAI Agents integration (``durable_openai_agent_orchestrator``), whose generator ends
-after yielding the task it is waiting for because it expects to be called again from the
-start, with the result then found in the history - may rely on being re-run every
-episode, so such an orchestrator is replayed in full every episode (``replays_only``).
+* it has not seen this history: another execution, or a history that is not the one it saw
+  grown by appending (a rewind, a restart, an episode that ran without it);
+* it ended: the SDK said done or raised (a finished generator is never resumed);
+* the orchestrator is not a generator function (``replays_only``). A plain function that
+  *returns* a generator built by other code - an adapter such as the SDK's OpenAI Agents
+  integration (``durable_openai_agent_orchestrator``), whose generator ends after yielding
+  the task it waits for because it expects to be called again from the start, with the
+  result then found in the history - may rely on being re-run every episode;
+* the code changed: another function object for the orchestrator, or its source file
+  changed on disk (a deployment next to a running host; the process still runs what it
+  imported, so the replay runs that code, but nothing continues across the change);
+* an action the SDK already listed changed afterwards (a timer cancelled later): the walk
+  cannot follow a change behind its cursor, so that episode walks the whole list again.
 
-``verify_every`` (``DURABLE_HOST_SESSION_VERIFY``) replays in full every Nth episode
-instead of continuing, so the history check below still runs at that rate, and the session
-goes on from the replay's objects. Code changed on disk does not reach a live session: the
-host imports the app once, so a new deployment is a new process, whose instances all start
-with a full replay (where the check runs).
+``verify_every`` (``DURABLE_HOST_SESSION_VERIFY``): every Nth continued episode also runs a
+shadow full replay with fresh SDK objects and compares its whole answer (every action,
+output, custom status, failure) with the session's; a difference fails the instance with a
+``NonDeterminismError`` naming the first differing action. Without it, orchestrator code
+that decides differently when re-run is caught only when its session is rebuilt.
 
-The price: without the replay, the host cannot see orchestrator code that decides
-differently when it runs again (the non-determinism check in ``shim.py`` compares a replay
-with the history). That check is what makes an app that works here work on Azure, so
-sessions are off unless ``DURABLE_HOST_SESSIONS=1``; an instance still replays whenever it
-woke from waiting or the host restarted.
+Equivalence is pinned by tests/unit/durable_host/test_replay_equivalence.py (every scenario,
+sessions against plain and fast replays, byte for byte) and test_incremental_replay.py
+(recorded golden histories episode by episode, a changed orchestrator caught on rebuild).
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
+from azure.durable_functions.models.actions.CompoundAction import CompoundAction
+from azure.durable_functions.models.actions.CreateTimerAction import CreateTimerAction
 from azure.durable_functions.models.DurableOrchestrationContext import (
     DurableOrchestrationContext,
 )
 from azure.durable_functions.models.history.HistoryEvent import HistoryEvent
+from azure.durable_functions.models.ReplaySchema import ReplaySchema
 from azure.durable_functions.orchestrator import Orchestrator
 
-from durable_host.history import Event
+from durable_host import replay
+from durable_host.history import Event, EventType
+from durable_host.shim import NON_DETERMINISTIC, NonDeterminismError, Shim, describe_action
+
+
+def code_stamp(fn: Callable[..., Any]) -> tuple[int, int, int]:
+    """What identifies the orchestrator's code: the function object and its source file's
+    modification time and size (0, 0 when it has none)."""
+    try:
+        stat = os.stat(fn.__code__.co_filename)
+        return id(fn), stat.st_mtime_ns, stat.st_size
+    except (AttributeError, OSError):
+        return id(fn), 0, 0
 
 
 class Session:
-    """One instance's live SDK orchestration (see module doc). Not thread-safe: one episode
-    at a time uses it, as the engine runs one episode at a time per instance."""
+    """One instance's live orchestration (see module doc). Not thread-safe: one episode at a
+    time uses it, as the engine runs one episode at a time per instance."""
 
     def __init__(self, verify_every: int = 0) -> None:
-        self.verify_every = verify_every  # replay in full every Nth episode (0: never)
-        self._since_replay = 0
-        self._key: str | None = None
-        self._processed: list[Event] = []
-        self._orchestrator: Orchestrator | None = None
-        self._context: DurableOrchestrationContext | None = None
+        self.verify_every = verify_every  # shadow-replay every Nth continued episode (0: never)
         self.continued = 0  # episodes served without a replay (for metrics and tests)
+        self.verified = 0  # shadow replays run
         self.replays_only = False  # the orchestrator may rely on re-running (module doc)
+        self._since_check = 0
+        self.reset()
 
     def reset(self) -> None:
-        self._key, self._processed = None, []
-        self._orchestrator = self._context = None
+        """Forget everything: the next episode replays in full."""
+        self._key: str | None = None
+        self._fn: Callable[..., Any] | None = None
+        self._stamp: tuple[int, int, int] | None = None
+        self._orchestrator: Orchestrator | None = None
+        self._context: DurableOrchestrationContext | None = None
+        self._ended = False
+        self.shim: Shim | None = None
+        self.covers = 0  # history events the SDK and the walk have been given
+        self._last: Event | None = None  # the last of them (the same object, not a copy)
+        self._decoded = 0  # SDK actions serialised so far
+        self.unreleased: list[dict[str, Any]] = []  # decoded actions past shim.released
+        self._timers: list[CreateTimerAction] = []  # decoded while not cancelled
+        self.seen: Any = None  # orchestration's duplicate index of the history (opaque here)
+        self.seen_covers = 0
 
-    def answer(self, handle: Callable[[str], str], key: str, request: dict[str, Any]) -> str:
-        """The SDK's answer to ``request`` (its JSON fields; ``history`` holds only the
-        events the SDK reads); raises as the SDK's handle raises."""
-        history: list[Event] = request["history"]
-        done = len(self._processed)
-        fits = (
+    # --- continuing ---------------------------------------------------------------------
+
+    def can_continue(self, handle: Callable[[str], str], key: str, history: list[Event]) -> bool:
+        """True if ``history`` is the one this session saw, grown by appending, in execution
+        ``key``, and nothing in the module doc's list forbids continuing."""
+        fn = getattr(handle, "orchestrator_function", None)
+        return (
             self._orchestrator is not None
+            and self.shim is not None
+            and not self._ended
             and not self.replays_only
             and self._key == key
-            and len(history) > done
-            and history[:done] == self._processed
-            and not (self.verify_every and self._since_replay + 1 >= self.verify_every)
+            and fn is self._fn
+            and 0 < self.covers <= len(history)
+            and history[self.covers - 1] is self._last
+            and fn is not None
+            and code_stamp(fn) == self._stamp
         )
-        try:
-            answer = self._continue(history[done:]) if fits else self._replay(handle, request)
-        except Exception:
-            self.reset()
-            raise
-        self._key, self._processed = key, history
-        self.continued += fits
-        self._since_replay = self._since_replay + 1 if fits else 0
-        if json.loads(answer).get("isDone"):
-            self.reset()  # finished: nothing will continue it
-        return answer
 
-    def _replay(self, handle: Callable[[str], str], request: dict[str, Any]) -> str:
+    def shadow_due(self) -> bool:
+        """True if this continued episode (asked after ``advance``) is the one
+        ``verify_every`` checks."""
+        return bool(self.verify_every) and self._since_check >= self.verify_every
+
+    def advance(self, events: list[Event]) -> str:
+        """Feed the SDK ``events`` (every event added to the history since it last looked;
+        it takes those it reads) and return its answer as ``get_orchestrator_state_str``
+        gives it, but listing only the actions added since the last answer. Raises as the
+        SDK's handle raises (the error carries that shorter state too)."""
+        assert self._orchestrator is not None and self._context is not None
+        executor = self._orchestrator.task_orchestration_executor
+        context = self._context
+        read = replay.sdk_history(events)
+        # The replay boundary is the last OrchestratorStarted: events before it count as
+        # replayed (``is_replaying``), as a full replay of this history would count them.
+        boundary = max(
+            (i for i, e in enumerate(read) if e["EventType"] == EventType.ORCHESTRATOR_STARTED),
+            default=0,
+        )
+        self.covers += len(events)
+        self._last = events[-1] if events else self._last
+        self.continued += 1
+        self._since_check += 1
+        try:
+            for index, event in enumerate(read):
+                parsed = HistoryEvent(**event)
+                context.histories.append(parsed)
+                executor._is_processing_new_events = index >= boundary
+                executor.process_event(parsed)
+                if executor.has_execution_completed:
+                    break
+            return self._answer(tail=True)
+        finally:
+            self._ended = executor.has_execution_completed
+
+    def _answer(self, tail: bool) -> str:
+        """The executor's state string; with ``tail``, listing only the undecoded actions."""
+        assert self._orchestrator is not None and self._context is not None
+        executor = self._orchestrator.task_orchestration_executor
+        context = self._context
+        if not tail or context._replay_schema is ReplaySchema.V1:
+            return executor.get_orchestrator_state_str()
+        actions = context._action_payload_v2
+        new = actions[self._decoded :]
+        self._decoded = len(actions)
+        self._timers.extend(_timers(new))
+        context._action_payload_v2 = new
+        try:
+            return executor.get_orchestrator_state_str()
+        finally:
+            context._action_payload_v2 = actions
+
+    def timer_cancelled(self) -> bool:
+        """True if a timer action decoded earlier was cancelled since (module doc)."""
+        return any(timer.is_cancelled for timer in self._timers)
+
+    def full_answer(self) -> tuple[str, bool]:
+        """The SDK's whole answer as a replay gives it (every action), or the text of the
+        error it raises instead (then True)."""
+        try:
+            return self._answer(tail=False), False
+        except Exception as exc:  # noqa: BLE001 - the SDK reports failures by raising
+            return str(exc), True
+
+    # --- rebuilding ---------------------------------------------------------------------
+
+    def rebuild(self, handle: Callable[[str], str], key: str, request: dict[str, Any]) -> str:
+        """A full replay of ``request`` (its ``history``: the events the SDK reads) whose
+        objects this session keeps; the SDK's answer (every action). Raises as the handle."""
         self.reset()
         fn = getattr(handle, "orchestrator_function", None)
         if fn is None:
-            return handle(json.dumps(request))  # not an SDK handle: no session possible
+            self._ended = True  # not an SDK handle: nothing to keep
+            return handle(json.dumps(request))
         self.replays_only = not inspect.isgeneratorfunction(fn)
         # What Orchestrator.create(fn)'s handle does, keeping the objects it builds.
         context = DurableOrchestrationContext.from_json(json.dumps(request))
-        context._input_expected_type = getattr(handle, "_df_input_type", None)  # noqa: SLF001
+        context._input_expected_type = getattr(handle, "_df_input_type", None)
         orchestrator = Orchestrator(fn)
-        answer = orchestrator.handle(context)
+        self._key, self._fn, self._stamp = key, fn, code_stamp(fn)
         self._orchestrator, self._context = orchestrator, context
-        return answer
+        self._since_check = 0
+        try:
+            return orchestrator.handle(context)
+        finally:
+            executor = orchestrator.task_orchestration_executor
+            self._ended = executor.has_execution_completed
+            actions = context._action_payload_v2
+            self._decoded = len(actions)
+            self._timers = _timers(actions)
 
-    def _continue(self, events: list[Event]) -> str:
-        assert self._orchestrator is not None and self._context is not None
-        executor = self._orchestrator.task_orchestration_executor
-        histories = self._context.histories
-        for event in events:
-            parsed = HistoryEvent(**event)
-            histories.append(parsed)
-            executor._is_processing_new_events = True  # noqa: SLF001 - as execute() sets it
-            executor.process_event(parsed)
-            if executor.has_execution_completed:
-                break
-        return executor.get_orchestrator_state_str()
+    def keep(self, shim: Shim, history: list[Event], actions: list[dict[str, Any]]) -> None:
+        """After a full walk: keep ``shim``, which walked all of ``history`` and ``actions``."""
+        self.shim = shim
+        self.covers = len(history)
+        self._last = history[-1] if history else None
+        self.unreleased = actions[shim.released :]
+        if self._context is not None:
+            self._timers = _timers(self._context._action_payload_v2)
+
+    def walked(self, pending: list[dict[str, Any]], first: int) -> None:
+        """After ``shim.walk(pending, first)``: keep the actions it has not released."""
+        assert self.shim is not None
+        self.unreleased = pending[self.shim.released - first :]
+
+    def verify(self, handle: Callable[[str], str], request: dict[str, Any]) -> None:
+        """The shadow replay (module doc): raise ``NonDeterminismError`` if a full replay of
+        ``request`` with fresh objects answers differently from this session."""
+        self.verified += 1
+        self._since_check = 0
+        try:
+            replayed = handle(json.dumps(request))
+        except Exception as exc:  # noqa: BLE001 - the SDK reports failures by raising
+            replayed = str(exc)
+        live, _ = self.full_answer()
+        if replayed != live:
+            raise NonDeterminismError(
+                f"{NON_DETERMINISTIC}: a full replay of the history decides differently from"
+                f" the instance's live session: {_difference(replayed, live)}. Orchestrator"
+                " code must decide the same way every time it runs over the same history"
+                " (no clock, random numbers, I/O or global state outside the context)."
+            )
+
+
+def _timers(actions: list[Any]) -> list[CreateTimerAction]:
+    """The timer actions in ``actions`` (compound ones opened) not cancelled yet."""
+    found: list[CreateTimerAction] = []
+    stack = list(actions)
+    while stack:
+        action = stack.pop()
+        if isinstance(action, CreateTimerAction):
+            if not action.is_cancelled:
+                found.append(action)
+        elif isinstance(action, CompoundAction):
+            stack.extend(action.compound_tasks)
+    return found
+
+
+def _difference(replayed: str, live: str) -> str:
+    """The first thing a full replay's answer says differently from the session's."""
+    first, second = _state(replayed), _state(live)
+    if first is None or second is None:
+        return f"a full replay answers {replayed[:200]!r}, the session {live[:200]!r}"
+    ours = [a for group in first.get("actions") or [] for a in group]
+    theirs = [a for group in second.get("actions") or [] for a in group]
+    for index in range(max(len(ours), len(theirs))):
+        mine = ours[index] if index < len(ours) else None
+        kept = theirs[index] if index < len(theirs) else None
+        if mine != kept:
+            return (
+                f"action #{index}: a full replay asks for {describe_action(mine)},"
+                f" the session asked for {describe_action(kept)}"
+            )
+    for field in ("isDone", "output", "error", "customStatus"):
+        if first.get(field) != second.get(field):
+            return (
+                f"{field}: a full replay gives {json.dumps(first.get(field))[:200]},"
+                f" the session {json.dumps(second.get(field))[:200]}"
+            )
+    return "the answers differ in form"
+
+
+def _state(answer: str) -> dict[str, Any] | None:
+    text = answer.partition("$OutOfProcData$:")[2] or answer
+    try:
+        value = json.loads(text.split("\nStack:", 1)[0])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -17,6 +17,14 @@ for differently, or that the code no longer asks for at all (``check_replayed``)
 history recorded and what the code does now.
 Each walked action is a ``Node`` that records the sequence ids it took, which is what a
 rewind needs to know (``rewind.py``).
+
+The walk is a cursor (``released`` actions started, the ``blocked`` one awaited, ``pos`` in
+the events, the id ``counter``, ``pending`` tasks and event ``waiters``), so a live session
+(``sessions.py``) keeps one ``Shim`` across episodes: ``resume`` hands it the events added
+since, ``walk`` the actions past ``released``, and the state it reaches is the one a walk of
+the whole history with the whole action list reaches, because a walk only ever moves
+forward over both. What it cannot follow is an action already released that changes
+afterwards (a timer cancelled later); the session walks in full then.
 """
 
 from __future__ import annotations
@@ -142,7 +150,9 @@ class Shim:
         self.default_version = default_version
         started = next((e for e in events if e["EventType"] == EventType.EXECUTION_STARTED), {})
         self.version = started.get("Version") or ""
-        self.claimed: set[int] = set()  # ids of recorded scheduling events an action matched
+        self.scheduled = {e["EventId"]: e for e in events if e["EventType"] in h.SCHEDULING_TYPES}
+        # Recorded scheduling events no action has matched yet (``check_replayed``).
+        self.unclaimed: set[int] = set(self.scheduled)
         self.last_action: dict[str, Any] | None = None
         # Only the events ``_apply`` acts on: the rest would be skipped one by one.
         self.events = [e for e in events if e["EventType"] in _APPLIED]
@@ -154,18 +164,52 @@ class Shim:
         self.pending: dict[int, tuple[str, Node]] = {}
         self.waiters: dict[str, deque[Node]] = defaultdict(deque)
         self.buffered: dict[str, deque[Event]] = defaultdict(deque)
-        self.scheduled = {e["EventId"]: e for e in events if e["EventType"] in h.SCHEDULING_TYPES}
         self.new_events: list[Event] = []
         self.outbox: list[Outgoing] = []
         self.nodes: list[Node] = []
+        self.covers = len(events)  # events of the history this walk has been given
+        self.released = 0  # top-level actions started so far
+        self.blocked: Node | None = None  # the released action the walk waits on
+
+    def resume(self, events: list[Event], now: str) -> bool:
+        """Continue into the next episode: ``events`` are those added to the history since
+        this walk was given it (its own last decisions first). False, and unchanged, if
+        they hold a scheduling event this walk did not decide: it does not fit that history."""
+        decided = {e["EventId"] for e in self.new_events if e["EventType"] in h.SCHEDULING_TYPES}
+        if any(
+            e["EventType"] in h.SCHEDULING_TYPES and e["EventId"] not in decided for e in events
+        ):
+            return False
+        for event in events:
+            kind = event["EventType"]
+            if kind in h.SCHEDULING_TYPES:
+                self.scheduled[event["EventId"]] = event
+            elif kind in _APPLIED:
+                self.events.append(event)
+        self.covers += len(events)
+        self.now = now
+        self.new_events, self.outbox = [], []
+        return True
 
     # -- walking actions --
-    def walk(self, actions: list[dict[str, Any]]) -> bool:
-        """Release actions in order; True if every action resolved."""
-        for action in actions:
+    def walk(self, actions: list[dict[str, Any]], first: int = 0) -> bool:
+        """Release actions in order; True if every action resolved.
+
+        ``actions[0]`` is action number ``first``; those below ``released`` were started by
+        an earlier call (``first`` must not be above ``released``). The walk goes on from
+        the action it waited on, so a later call with more actions or (after ``resume``)
+        more events continues where this one stopped."""
+        if self.blocked is not None:
+            if not self._await(self.blocked):
+                return False
+            self.blocked = None
+        assert first <= self.released, "actions past the released ones are missing"
+        for action in actions[self.released - first :]:
             self.last_action = action
             node = self._start(action)
+            self.released += 1
             if not self._await(node):
+                self.blocked = node
                 return False
         return True
 
@@ -223,7 +267,7 @@ class Shim:
                 f" but the orchestrator code now schedules {describe_action(action)} with"
                 f" sequence id {event_id}. {CHANGED_CODE}"
             )
-        self.claimed.add(event_id)
+        self.unclaimed.discard(event_id)
         return True
 
     def check_replayed(self) -> None:
@@ -232,7 +276,7 @@ class Shim:
         Call after ``walk``: every recorded scheduling event must have been matched by an
         action (DTFx fails such a replay too; the SDK alone would silently park the result).
         """
-        for event_id in sorted(set(self.scheduled) - self.claimed):
+        for event_id in sorted(self.unclaimed):
             event = self.scheduled[event_id]
             now = (
                 f"its last action is {describe_action(self.last_action)}"

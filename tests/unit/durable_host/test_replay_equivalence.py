@@ -286,18 +286,28 @@ SCENARIOS: dict[str, tuple[Callable[..., Any], Callable[[Driver], None]]] = {
 
 
 class RecordingSession(Session):
+    """Logs the SDK's whole answer after every episode (a continued one serialises only the
+    new actions; its whole answer is what a replay would have answered)."""
+
     def __init__(self, calls: list[tuple[str, str]]):
         super().__init__()
         self.calls = calls
 
-    def answer(self, handle: Callable[[str], str], key: str, request: dict[str, Any]) -> str:
+    def _record(self, request: str) -> None:
+        text, raised = self.full_answer()
+        self.calls.append((request, f"raised: {text}" if raised else text))
+
+    def advance(self, events: list[dict[str, Any]]) -> str:
         try:
-            answer = super().answer(handle, key, request)
-        except Exception as exc:
-            self.calls.append((json.dumps(request), f"raised: {exc}"))
-            raise
-        self.calls.append((json.dumps(request), answer))
-        return answer
+            return super().advance(events)
+        finally:
+            self._record(json.dumps({"history": replay.sdk_history(events)}))
+
+    def rebuild(self, handle: Callable[[str], str], key: str, request: dict[str, Any]) -> str:
+        try:
+            return super().rebuild(handle, key, request)
+        finally:
+            self._record(json.dumps(request))
 
 
 @pytest.fixture
@@ -453,7 +463,7 @@ def test_a_verifying_session_replays_every_nth_episode_with_the_same_results(fas
 
     assert (d.status, d.output) == (plain["status"], plain["output"])
     assert [answer for _, answer in calls] == plain["answers"]
-    assert session.continued == 2  # of the three results, one was a full replay
+    assert session.continued == 3 and session.verified == 1  # the second result was checked
 
 
 def changed_chain(context):

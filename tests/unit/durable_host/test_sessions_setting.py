@@ -1,5 +1,6 @@
-"""Incremental replay is opted into by host.json's extendedSessionsEnabled, as on Azure;
-DURABLE_HOST_SESSIONS overrides it either way."""
+"""Incremental replay is opted into by host.json's extendedSessionsEnabled, as on Azure (or
+the app setting the Functions host maps onto it); DURABLE_HOST_SESSIONS overrides it either
+way, 0 turning it off."""
 
 from __future__ import annotations
 
@@ -36,3 +37,22 @@ def test_extended_sessions_setting(tmp_path, monkeypatch, setting, env, expected
         monkeypatch.setenv("DURABLE_HOST_SESSIONS", env)
     engine = Engine(loader.load_app(APP), SqliteStore(tmp_path / "t.db"), config, fast_replay=True)
     assert engine.sessions is expected
+
+
+@pytest.mark.parametrize(
+    ("setting", "app_setting", "expected"),
+    [(None, "true", True), (True, "false", False), (True, None, True), (None, "True", True)],
+)
+def test_the_app_setting_overrides_host_json(tmp_path, setting, app_setting, expected):
+    durable = {} if setting is None else {"extendedSessionsEnabled": setting}
+    settings = (
+        {}
+        if app_setting is None
+        else {
+            "AzureFunctionsJobHost__extensions__durableTask__extendedSessionsEnabled": app_setting
+        }
+    )
+    config = config_mod.parse_host_json(
+        tmp_path, {"extensions": {"durableTask": durable}}, settings
+    )
+    assert config.extended_sessions is expected

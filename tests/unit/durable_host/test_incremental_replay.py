@@ -1,0 +1,282 @@
+"""Incremental replay (sessions.py) decides exactly what a full replay decides, episode by
+episode, and a session that cannot be trusted is rebuilt, where changed code is caught.
+
+The golden histories (tests/replay/histories: real runs of the app's orchestrators) are cut
+into their episodes and fed to a live session one episode at a time; at every episode its
+decisions - new events, messages, done, output, error, custom status - must equal those of
+a full replay of the same history. The other tests pin the safety rules: a session rebuilt
+after a code change fails the instance with the named mismatch, a change of the source file
+on disk ends the session, a shadow replay catches code that decides differently when re-run,
+and a timer cancelled behind the walk's cursor gives what a full walk gives.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import azure.durable_functions as df
+import pytest
+
+from durable_host import orchestration as o
+from durable_host import replay, sdk_codec
+from durable_host.history import Event, EventType
+from durable_host.sessions import Session
+from tests.replay.test_golden_histories import HANDLES, HISTORIES
+from tests.unit.durable_host.driver import Driver
+
+DECISIONS = frozenset(
+    {
+        EventType.TASK_SCHEDULED,
+        EventType.SUB_ORCHESTRATION_CREATED,
+        EventType.TIMER_CREATED,
+        EventType.EVENT_SENT,
+    }
+)
+ENDINGS = frozenset({EventType.EXECUTION_COMPLETED, EventType.ORCHESTRATOR_COMPLETED})
+
+
+@pytest.fixture(autouse=True)
+def fast_replay() -> Iterator[None]:
+    replay.install(True)
+    sdk_codec.install(True)
+    yield
+    replay.install(False)
+    sdk_codec.install(False)
+
+
+def episodes(events: list[Event]) -> Iterator[tuple[int, int]]:
+    """(start, end) of each episode's input: its OrchestratorStarted and the events it took
+    in, up to the first event the episode itself decided."""
+    for start, event in enumerate(events):
+        if event["EventType"] != EventType.ORCHESTRATOR_STARTED:
+            continue
+        end = start + 1
+        while (
+            end < len(events)
+            and events[end]["EventType"] not in DECISIONS | ENDINGS
+            and events[end]["EventType"] != EventType.ORCHESTRATOR_STARTED
+        ):
+            end += 1
+        yield start, end
+
+
+def outcome(decided: Any, shim: Any, resolved: bool) -> tuple[Any, ...]:
+    """What an episode decides, whichever way it was computed (the action list aside: a
+    continued session lists only the new actions)."""
+    return (
+        decided.is_done,
+        decided.output,
+        decided.error,
+        decided.custom_status,
+        decided.raw_failure,
+        resolved,
+        shim.new_events if shim else None,
+        shim.outbox if shim else None,
+    )
+
+
+@pytest.mark.filterwarnings("ignore:Potential duplicate Task completion")
+@pytest.mark.parametrize("path", HISTORIES, ids=[f"{p.parent.name}/{p.stem}" for p in HISTORIES])
+def test_a_session_decides_every_episode_of_a_golden_history_as_a_full_replay(path: Path):
+    recorded = json.loads(path.read_text())
+    handle = HANDLES[recorded["orchestrator"]]
+    events = recorded["events"]
+    started = next(e for e in events if e["EventType"] == EventType.EXECUTION_STARTED)
+    execution_id = started["OrchestrationInstance"]["ExecutionId"]
+    session = Session()
+    cuts = list(episodes(events))
+    assert len(cuts) >= 2, "a golden history has more than one episode"
+    for start, end in cuts:
+        history, prefix = events[:start], events[start:end]
+        now = prefix[0]["Timestamp"]
+        view = o.InstanceView(
+            recorded["instance_id"], "Running", execution_id, history, recorded["orchestrator"]
+        )
+        full = o._replayed(handle, view, history, prefix, started, now, True, None, None)
+        live = o._live(handle, view, history, prefix, started, now, session, None)
+        assert outcome(*live) == outcome(*full), f"episode at event {start}"
+        recorded_decisions = [
+            (e["EventType"], e["EventId"])
+            for e in events[end:]
+            if e["EventType"] in DECISIONS and e["Timestamp"] == now
+        ]
+        assert [(e["EventType"], e["EventId"]) for e in live[1].new_events] == (
+            recorded_decisions[: len(live[1].new_events)]
+        )
+    assert session.continued >= len(cuts) - 2  # a golden history is mostly continued
+    final = live[0]
+    assert final.is_done and final.output == recorded["output"]
+
+
+def say_chain(context: df.DurableOrchestrationContext):
+    results = []
+    for city in ("Tokyo", "Seattle", "London", "Paris"):
+        results.append((yield context.call_activity("say", city)))
+    return results
+
+
+def greet_chain(context: df.DurableOrchestrationContext):
+    """``say_chain`` after a deployment that renamed its activity."""
+    results = []
+    for city in ("Tokyo", "Seattle", "London", "Paris"):
+        results.append((yield context.call_activity("greet", city)))
+    return results
+
+
+def session_driver(fn: Callable[..., Any], session: Session, monkeypatch) -> Driver:
+    original = o.run_episode
+
+    def run(*args: Any, **kwargs: Any) -> o.Episode:
+        return original(*args, **{**kwargs, "compact": True, "session": session})
+
+    monkeypatch.setattr(o, "run_episode", run)
+    return Driver(df.Orchestrator.create(fn), name="chain")
+
+
+def test_a_changed_orchestrator_is_caught_when_the_live_session_is_rebuilt(monkeypatch):
+    session = Session()
+    d = session_driver(say_chain, session, monkeypatch)
+    d.start()
+    d.complete(0, "a")
+    d.complete(1, "b")
+    assert session.continued == 2
+    # A new deployment: the same session object meets another orchestrator function. It
+    # must not continue the old generator; it rebuilds by a full replay of the new code.
+    d.handle = df.Orchestrator.create(greet_chain)
+    d.complete(2, "c")
+
+    assert session.continued == 2
+    assert d.status == "Failed"
+    message = str(d.output)
+    assert "Non-Deterministic workflow detected" in message
+    assert "TaskScheduled #0 (activity 'say')" in message
+    assert "a call to activity 'greet'" in message
+
+
+def test_a_change_of_the_orchestrator_source_on_disk_ends_the_live_session(tmp_path, monkeypatch):
+    source = tmp_path / "deployed_chain.py"
+    source.write_text(
+        "def chain(context):\n"
+        "    total = 0\n"
+        "    for _ in range(4):\n"
+        "        total += yield context.call_activity('say', 1)\n"
+        "    return total\n"
+    )
+    spec = importlib.util.spec_from_file_location("deployed_chain", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "deployed_chain", module)
+    spec.loader.exec_module(module)
+    session = Session()
+    d = session_driver(module.chain, session, monkeypatch)
+    d.start()
+    d.complete(0, 1)
+    d.complete(1, 1)
+    assert session.continued == 2
+    source.write_text(source.read_text() + "# deployed again\n")
+    os.utime(source, ns=(1, 1))  # a different time even on a coarse clock
+    d.complete(2, 1)
+    assert session.continued == 2  # rebuilt by a full replay
+    d.complete(3, 1)
+
+    assert session.continued == 3 and (d.status, d.output) == ("Completed", 4)
+
+
+CALLS: list[int] = []
+
+
+def restless(context: df.DurableOrchestrationContext):
+    """Not deterministic: asks for a different activity every time it runs."""
+    for _ in range(4):
+        CALLS.append(1)
+        yield context.call_activity(f"step{len(CALLS)}", None)
+    return "done"
+
+
+def test_a_shadow_replay_fails_code_that_decides_differently_when_re_run(monkeypatch):
+    CALLS.clear()
+    session = Session(verify_every=2)
+    d = session_driver(restless, session, monkeypatch)
+    d.start()
+    d.complete(0, None)
+    assert d.status == "Running"
+    d.complete(1, None)  # the second continued episode is checked
+
+    assert session.verified == 1
+    assert d.status == "Failed"
+    message = str(d.output)
+    assert "Non-Deterministic workflow detected" in message
+    assert "a full replay of the history decides differently from the instance's live" in message
+    assert "action #0: a full replay asks for a call to activity 'step" in message
+
+
+def racing_a_retry(context: df.DurableOrchestrationContext):
+    """A race whose losing timer is cancelled after the race: a full walk then finds the
+    timer cancelled from the start, so the race resolves at once and the ids that follow
+    are numbered from there (here the retry timer's id is taken again: a mismatch)."""
+    options = df.RetryOptions(first_retry_interval_in_milliseconds=1000, max_number_of_attempts=3)
+    timer = context.create_timer(context.current_utc_datetime + timedelta(minutes=5))
+    event = context.wait_for_external_event("approve")
+    flaky = context.call_activity_with_retry("flaky", options, None)
+    winner = yield context.task_any([event, timer, flaky])
+    if winner == event:
+        timer.cancel()
+    return (yield context.call_activity("after", 1))
+
+
+@pytest.mark.filterwarnings("ignore:Potential duplicate Task completion")
+def test_a_timer_cancelled_behind_the_cursor_gives_what_a_full_walk_gives(monkeypatch):
+    def run(session: Session | None) -> Driver:
+        original = o.run_episode
+
+        def episode(*args: Any, **kwargs: Any) -> o.Episode:
+            return original(*args, **{**kwargs, "compact": True, "session": session})
+
+        monkeypatch.setattr(o, "run_episode", episode)
+        d = Driver(df.Orchestrator.create(racing_a_retry), name="race")
+        d.start()
+        d.fail(1, "not yet")
+        d.raise_event("approve", "yes")
+        if d.status == "Running":
+            d.complete(3, "done")
+        monkeypatch.setattr(o, "run_episode", original)
+        return d
+
+    full, live = run(None), run(Session())
+
+    assert (live.status, live.output) == (full.status, full.output)
+    assert live.history == full.history
+    assert [m.payload for m in live.messages] == [m.payload for m in full.messages]
+
+
+def test_an_orchestrator_that_is_not_a_generator_function_is_never_continued(monkeypatch):
+    def adapter(context: df.DurableOrchestrationContext):
+        return say_chain(context)  # a generator made by other code: may rely on re-runs
+
+    session = Session()
+    d = session_driver(adapter, session, monkeypatch)
+    d.start()
+    for task_id in range(4):
+        d.complete(task_id, task_id)
+
+    assert session.continued == 0 and session.replays_only
+    assert (d.status, d.output) == ("Completed", [0, 1, 2, 3])
+
+
+def test_live_sessions_live_in_the_bounded_history_cache_and_leave_it_least_recently_used():
+    cache = replay.HistoryCache(max_events=40)  # DURABLE_HOST_HISTORY_CACHE: the budget
+    for i in range(5):
+        cache.put(f"i{i}", ("e", "t"), [{"n": 0}] * 8, session=Session())
+    assert cache.get("i0", ("e", "t")) is not None  # used: now the most recent
+    cache.put("i5", ("e", "t"), [{"n": 0}] * 8, session=Session())
+
+    assert cache.size <= 40 and len(cache) == 5
+    assert cache.session("i1") is None  # evicted: its next episode rebuilds by a full replay
+    assert cache.session("i0") is not None and cache.session("i5") is not None
