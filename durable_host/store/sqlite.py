@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from durable_host import faults
 from durable_host.records import (
     ActivityWork,
+    Completion,
     EntityCommit,
     Episode,
     InstanceRecord,
@@ -47,6 +48,7 @@ from durable_host.store.sqlite_guard import (
 from durable_host.store.sqlite_sql import (
     COLUMNS,
     SCHEMA,
+    complete_work,
     delete_inbox,
     filters,
     instance_record,
@@ -58,12 +60,19 @@ from durable_host.store.sqlite_sql import (
 T = TypeVar("T")
 log = logging.getLogger("durable_host.store.sqlite")
 IDENTITY_CHECK_SECONDS = 1.0  # reads notice a removed or replaced file within this time
+# One transaction deletes a work item per completion: no limit worth having below this.
+MAX_STEP_COMPLETIONS = 1000
+
+
+class _WorkGone(Exception):
+    """A step's work item was already completed: its transaction applies nothing."""
 
 
 class SqliteStore:
     """Store port on one SQLite file (see module docstring)."""
 
     round_trips: int | None = None  # no network: nothing to count
+    max_step_completions: int = MAX_STEP_COMPLETIONS
 
     def __init__(
         self, path: Path, read_only: bool = False, on_lost: Callable[[str], None] | None = None
@@ -300,28 +309,62 @@ class SqliteStore:
     # --- commits ---------------------------------------------------------------------
 
     async def commit_episode(
-        self, instance_id: str, episode: Episode, now: str
+        self, instance_id: str, episode: Episode, now: str, *, count_next: bool = False
     ) -> list[ActivityWork]:
         def body(db: sqlite3.Connection) -> list[ActivityWork]:
-            delete_inbox(db, episode.consumed)
-            db.execute("DELETE FROM attempts WHERE instance_id=?", (instance_id,))
-            if episode.replace_history or episode.rewrite_history:
-                db.execute("DELETE FROM history WHERE instance_id=?", (instance_id,))
-                start = 0
-            else:
-                row = db.execute(
-                    "SELECT COALESCE(MAX(seq)+1, 0) FROM history WHERE instance_id=?",
-                    (instance_id,),
-                ).fetchone()
-                start = row[0]
-            db.executemany(
-                "INSERT INTO history (instance_id, seq, event) VALUES (?,?,?)",
-                [(instance_id, start + i, codec.encode(e)) for i, e in enumerate(episode.events)],
-            )
-            update_instance(db, instance_id, episode, now)
-            return write_outbox(db, episode)
+            return self._apply_episode(db, instance_id, episode, now, count_next)
 
         return await self._write("commit_episode", body)
+
+    async def commit_step(
+        self,
+        instance_id: str,
+        completions: list[Completion],
+        episode: Episode,
+        now: str,
+        *,
+        count_next: bool = False,
+    ) -> list[ActivityWork] | None:
+        def body(db: sqlite3.Connection) -> list[ActivityWork]:
+            for completion in completions:
+                if not complete_work(db, instance_id, completion):
+                    raise _WorkGone  # another run reported it: roll everything back
+            created = self._apply_episode(db, instance_id, episode, now, count_next)
+            faults.hit("store.before_step_commit")  # the step's commit point is next
+            return created
+
+        try:
+            return await self._write("commit_step", body)
+        except _WorkGone:
+            return None
+
+    @staticmethod
+    def _apply_episode(
+        db: sqlite3.Connection, instance_id: str, episode: Episode, now: str, count_next: bool
+    ) -> list[ActivityWork]:
+        delete_inbox(db, episode.consumed)
+        if count_next:
+            db.execute(
+                "INSERT OR REPLACE INTO attempts (instance_id, count) VALUES (?, 1)",
+                (instance_id,),
+            )
+        else:
+            db.execute("DELETE FROM attempts WHERE instance_id=?", (instance_id,))
+        if episode.replace_history or episode.rewrite_history:
+            db.execute("DELETE FROM history WHERE instance_id=?", (instance_id,))
+            start = 0
+        else:
+            row = db.execute(
+                "SELECT COALESCE(MAX(seq)+1, 0) FROM history WHERE instance_id=?",
+                (instance_id,),
+            ).fetchone()
+            start = row[0]
+        db.executemany(
+            "INSERT INTO history (instance_id, seq, event) VALUES (?,?,?)",
+            [(instance_id, start + i, codec.encode(e)) for i, e in enumerate(episode.events)],
+        )
+        update_instance(db, instance_id, episode, now)
+        return write_outbox(db, episode)
 
     async def commit_entity(self, commit: EntityCommit) -> None:
         def body(db: sqlite3.Connection) -> None:
@@ -355,14 +398,7 @@ class SqliteStore:
         self, work_id: int, instance_id: str, message: dict[str, Any], now: str
     ) -> bool:
         def body(db: sqlite3.Connection) -> bool:
-            gone = db.execute("DELETE FROM activities WHERE id=?", (work_id,)).rowcount == 0
-            if gone:
-                return False  # another run already reported this task
-            db.execute(
-                "INSERT INTO inbox (instance_id, message, visible_at) VALUES (?,?,NULL)",
-                (instance_id, codec.encode(message)),
-            )
-            return True
+            return complete_work(db, instance_id, Completion(work_id, message, consumed=False))
 
         return await self._write("complete_activity", body)
 

@@ -1,8 +1,8 @@
 """Attempts at an instance's next episode, counted durably for poison detection.
 
 The ``a`` row of a partition counts how often an episode (or entity batch) of the instance
-began since its last commit; every commit transaction resets it (``reset_attempts``), and
-a purge forgets it. ``begin`` is one conditional write (create, or REPLACE If-Match on
+began since its last commit; every commit transaction resets it (``reset_attempts``: to 0,
+or to 1 when it counts the next episode in advance), and a purge forgets it. ``begin`` is one conditional write (create, or REPLACE If-Match on
 the row as the preceding fetch read it) carrying a nonce, so a retry after a lost
 response finds its own count instead of counting twice.
 """
@@ -23,11 +23,12 @@ from durable_host.store.azure.errors import StoreConflictError, status_of
 from durable_host.store.azure.tables import HubTables, Operation
 
 
-def reset_attempts(partition: str) -> Operation:
-    """Part of every commit transaction: the episode finished, attempts start over."""
+def reset_attempts(partition: str, count: int = 0) -> Operation:
+    """Part of every commit transaction: the episode finished, attempts start over - at 1
+    when the commit counts the instance's next episode in advance (``count_next``)."""
     return (
         "upsert",
-        {"PartitionKey": partition, "RowKey": ATTEMPTS_ROW, "Count": 0},
+        {"PartitionKey": partition, "RowKey": ATTEMPTS_ROW, "Count": count},
         {"mode": UpdateMode.REPLACE},
     )
 
