@@ -252,7 +252,26 @@ class Engine:
         await asyncio.gather(*self._workers, return_exceptions=True)
         for instance_id in list(self._results):
             self._complete_apart(self._results.pop(instance_id))  # within the same grace
+        await self._release_counted(deadline)
         await self.activities.stop(deadline)
+
+    async def _release_counted(self, deadline: float) -> None:
+        """Give back the attempts commits counted in advance for episodes that never began:
+        a graceful stop is no crash, so it must not bring an instance nearer to poison."""
+        counted, self._counted = list(self._counted), {}
+        if not counted:
+            return
+        releases = [self.store.release_attempt(instance_id) for instance_id in counted]
+        remaining = max(0.1, deadline - asyncio.get_running_loop().time())
+        try:
+            async with asyncio.timeout(remaining):
+                outcomes = await asyncio.gather(*releases, return_exceptions=True)
+        except TimeoutError:
+            log.warning("stop: %d attempts counted in advance were left counted", len(counted))
+            return
+        failed = sum(isinstance(outcome, BaseException) for outcome in outcomes)
+        if failed:
+            log.warning("stop: %d attempts counted in advance were left counted", failed)
 
     def notify(self, instance_id: str) -> None:
         """Mark an instance ready (it has, or may have, visible messages)."""

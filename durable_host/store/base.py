@@ -33,7 +33,8 @@ implementation):
   ``count_next`` an episode's commit sets it to 1 instead: the instance's next episode is
   counted in advance, in the same transaction, so the engine that committed it can run
   that episode without a write of its own (and a run that dies before its commit is still
-  counted). Poison detection rests on it.
+  counted); ``release_attempt`` undoes one count (a graceful stop gives back the advance
+  counts it did not use: nothing crashed). Poison detection rests on it.
 * ``commit_episode`` with ``rewrite_history`` replaces the whole history with
   ``episode.events`` (same execution: a rewind) and clears the output.
 * ``send`` with ``status`` also sets the instance's runtime status, in the same atomic
@@ -192,6 +193,8 @@ class Store(Protocol):
     async def release_activity(self, work_id: int) -> None: ...
 
     async def begin_attempt(self, instance_id: str) -> int: ...
+
+    async def release_attempt(self, instance_id: str) -> None: ...
 
     async def ready_instances(self, now: str, due_only: bool = False) -> list[str]: ...
 

@@ -564,6 +564,16 @@ class SqliteStore:
 
         return await self._run(counted)
 
+    async def release_attempt(self, instance_id: str) -> None:
+        """Undo one count: the attempt a commit counted in advance never began (a stop)."""
+
+        def body(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE attempts SET count=MAX(count-1, 0) WHERE instance_id=?", (instance_id,)
+            )
+
+        await self._write("release_attempt", body)
+
     async def ready_instances(self, now: str, due_only: bool = False) -> list[str]:
         """Instances with visible messages (``due_only``: only those with due timers)."""
 

@@ -178,6 +178,23 @@ def test_a_commit_can_count_the_next_attempt_in_advance(run_store) -> None:
     run_store(body)
 
 
+def test_an_attempt_counted_in_advance_can_be_given_back(run_store) -> None:
+    async def body(store: Any) -> None:
+        await scheduled(store, "a", 1)
+        await store.send("a", raised("go"), T0)
+        messages = await store.fetch_messages("a", T0)
+        episode = Episode(consumed=[i for i, _ in messages], events=[event(3)])
+        await store.commit_episode("a", episode, at(1), count_next=True)
+
+        await store.release_attempt("a")  # a graceful stop: that episode never began
+        await store.release_attempt("a")  # nothing left to give back: stays at 0
+
+        await store.fetch_messages("a", at(1))
+        assert await store.begin_attempt("a") == 1
+
+    run_store(body)
+
+
 def test_a_fan_in_of_many_results_commits_in_one_step(run_store) -> None:
     async def body(store: Any) -> None:
         count = min(100, store.max_step_completions)

@@ -225,6 +225,11 @@ class AzureStore:
         """Count one more attempt at the instance's next episode; committing resets it."""
         return await self.attempts.begin(instance_id)
 
+    @translate_azure_errors
+    async def release_attempt(self, instance_id: str) -> None:
+        """Undo one count: an attempt counted in advance that never began (a stop)."""
+        await self.attempts.release(instance_id)
+
     # --- activities ---------------------------------------------------------------------
 
     @translate_azure_errors
