@@ -33,9 +33,10 @@ Poison: before each episode or entity batch the store counts one more attempt
 (``begin_attempt``; a commit resets it). A commit after which the instance will soon
 run again (an activity or an immediate message on its way) counts that next attempt in
 advance, in its own transaction (``count_next``), and the engine runs the next episode
-without a write of its own; a run that dies is counted all the same. (A crash while no
-episode of the instance ran - in its activity - leaves that advance count standing, so it
-adds one attempt at most, once per commit.) Work that kills the process every time, or
+without a write of its own; a run that dies is counted all the same, and a graceful stop
+gives back the advance counts it did not use. (A crash while no episode of the instance
+ran - in its activity - leaves that advance count standing, so it adds one attempt at
+most, once per commit.) Work that kills the process every time, or
 fails every time, reaches ``poison_attempts`` and is quarantined. A failure of the
 storage itself (``StoreError``: a full disk, an outage) is not the work's fault: the
 attempt it ended does not count - the next attempt reuses its count instead of counting
