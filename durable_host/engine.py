@@ -14,6 +14,7 @@ ten thousand sleeping instances cost what one costs. The replay cache
 live SDK sessions (``sessions.py``) - of *hot* instances only, those with an activity or
 message on its way, and drops an instance as soon as it waits, finishes, or a commit of it
 fails.
+
 One commit per step: an activity that ran here hands its result to the engine
 (``deliver``) instead of completing it; the instance's next episode takes it as an
 in-memory message, and ``Store.commit_step`` commits the result and the episode in one
@@ -26,8 +27,9 @@ completed by itself (``complete_activity``), as every result was before.
 After a crash, ``start`` finds every instance with visible messages and every
 uncompleted activity in the store and picks them up: an activity that was running when
 the host died, or had returned but its result was not yet committed, runs again (the one
-re-execution window, counted in ``stats['activity_reruns']``). Work another process writes to the task hub arrives
-through the store's ``poll``, which the engine calls in a loop from start to stop.
+re-execution window, counted in ``stats['activity_reruns']``). Work another process writes
+to the task hub arrives through the store's ``poll``, which the engine calls in a loop from
+start to stop.
 
 Poison: before each episode or entity batch the store counts one more attempt
 (``begin_attempt``; a commit resets it). A commit after which the instance will soon
@@ -36,8 +38,8 @@ advance, in its own transaction (``count_next``), and the engine runs the next e
 without a write of its own; a run that dies is counted all the same, and a graceful stop
 gives back the advance counts it did not use. (A crash while no episode of the instance
 ran - in its activity - leaves that advance count standing, so it adds one attempt at
-most, once per commit.) Work that kills the process every time, or
-fails every time, reaches ``poison_attempts`` and is quarantined. A failure of the
+most, once per commit.) Work that kills the process every time, or fails every time,
+reaches ``poison_attempts`` and is quarantined. A failure of the
 storage itself (``StoreError``: a full disk, an outage) is not the work's fault: the
 attempt it ended does not count - the next attempt reuses its count instead of counting
 again - so a store that recovers never turns into quarantined instances. Quarantined: the orchestration
@@ -536,7 +538,7 @@ class Engine:
         traced = telemetry.trace_episode(instance_id, history, episode)  # stamps what it sends
         taken = set(episode.consumed)
         completions = [
-            Completion(work.work_id, message, consumed=-1 - n in taken)
+            Completion(work.work_id, message, consumed=(-1 - n) in taken)
             for n, (work, message) in enumerate(results)
         ]
         episode.consumed = [i for i in episode.consumed if i >= 0]
