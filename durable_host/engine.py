@@ -32,9 +32,9 @@ to the task hub arrives through the store's ``poll``, which the engine calls in 
 start to stop.
 
 Poison: before each episode or entity batch the store counts one more attempt
-(``begin_attempt``; a commit resets it). A commit after which the instance will soon
-run again (an activity or an immediate message on its way) counts that next attempt in
-advance, in its own transaction (``count_next``), and the engine runs the next episode
+(``begin_attempt``; a commit resets it). A commit that schedules an activity of the
+instance counts its next attempt (the step) in advance, in its own transaction
+(``count_next``; not with ``poison_attempts`` 1), and the engine runs the next episode
 without a write of its own; a run that dies is counted all the same, and a graceful stop
 gives back the advance counts it did not use. (A crash while no episode of the instance
 ran - in its activity - leaves that advance count standing, so it adds one attempt at
@@ -593,13 +593,16 @@ class Engine:
 
     def _counts_next(self, record: InstanceRecord | None, episode: orchestration.Episode) -> bool:
         """Whether the commit counts the next episode's attempt in advance: for a running
-        instance woken soon (an activity or an immediate message on its way), whose next
-        episode this host will most likely run."""
-        if not self.step_commits:
+        instance whose next episode is most likely a step this host runs (it scheduled an
+        activity). A crash before that episode (in the activity) leaves the advance count
+        standing - one attempt more than happened - so never with a single attempt allowed,
+        and never while only other instances' work is awaited (a crash there is not this
+        instance's doing; its next episode counts for itself)."""
+        if not self.step_commits or self.poison_attempts < 2:
             return False
         status = episode.status or (record.status if record else None)
         return status == RuntimeStatus.RUNNING and any(
-            item.kind == OutgoingKind.ACTIVITY or item.visible_at is None for item in episode.outbox
+            item.kind == OutgoingKind.ACTIVITY for item in episode.outbox
         )
 
     def _note_counted(self, instance_id: str, counted: bool, now: str) -> None:
