@@ -10,10 +10,13 @@ starts, so the count is the number of runs that started (queued items that never
 are not re-executions).
 
 A work item whose count passes ``poison_attempts`` does not run again: its task fails with
-a reason naming the poison. ``complete_activity`` removes the work item and enqueues the
-result in one atomic step, and does nothing if another run already completed it: exactly
-one completion. Claiming and completing are retried until they succeed (or the host
-stops), so a passing store error neither strands a claimed item nor loses a result.
+a reason naming the poison. A finished run's result goes to ``deliver`` (the engine), which
+commits it together with the episode it unblocks (``Store.commit_step``); a result the
+engine does not take (stopping, or the setting is off) - and any the engine hands back
+through ``complete`` - is completed here: ``complete_activity`` removes the work item and
+enqueues the result in one atomic step, and does nothing if another run already completed
+it: exactly one completion. Claiming and completing are retried until they succeed (or the
+host stops), so a passing store error neither strands a claimed item nor loses a result.
 
 Stop: no new run starts; ``stop`` gives running ones until the deadline, then cancels
 them, and a run abandoned at stop is released (``release_activity``): it did not crash,
@@ -54,9 +57,11 @@ class ActivityRunner:
         client_json: Callable[[], str],
         poison_attempts: Callable[[], int],
         stats: dict[str, int],
+        deliver: Callable[[ActivityWork, dict[str, Any]], bool] = lambda *_: False,
     ):
-        """``notify`` wakes an instance whose activity completed; ``client_json`` and
-        ``poison_attempts`` are read at each run (the host sets the binding after start)."""
+        """``notify`` wakes an instance whose activity completed; ``deliver`` offers a
+        result to the engine (True: taken); ``client_json`` and ``poison_attempts`` are read
+        at each run (the host sets the binding after start)."""
         self.index = index
         self.store = store
         self.config = config
@@ -65,6 +70,7 @@ class ActivityRunner:
         self.client_json = client_json
         self.poison_attempts = poison_attempts
         self.stats = stats
+        self.deliver = deliver
         self.stopping = False
         self.running: dict[asyncio.Task[None], ActivityWork] = {}
         self._slots = asyncio.Semaphore(max(1, config.max_activities))
@@ -95,6 +101,13 @@ class ActivityRunner:
                 )
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+    def complete(self, work: ActivityWork, message: dict[str, Any]) -> None:
+        """Complete a finished run's result in its own transaction, in a task of its own
+        (tracked like a run: ``stop`` waits for it)."""
+        task = asyncio.create_task(self._complete(work, message))
+        self.running[task] = work
+        task.add_done_callback(self._forget)
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         self.running.pop(task, None)
@@ -128,14 +141,19 @@ class ActivityRunner:
             except asyncio.CancelledError:
                 await self._release(work)
                 raise
-            completed = await self._store_call(
-                "completing an activity",
-                lambda: self.store.complete_activity(
-                    work.work_id, work.instance_id, message, self.now()
-                ),
-            )
-            if completed:
-                self.notify(work.instance_id)
+        if not self.deliver(work, message):
+            await self._complete(work, message)
+
+    async def _complete(self, work: ActivityWork, message: dict[str, Any]) -> None:
+        logs.instance.set(work.instance_id)
+        completed = await self._store_call(
+            "completing an activity",
+            lambda: self.store.complete_activity(
+                work.work_id, work.instance_id, message, self.now()
+            ),
+        )
+        if completed:
+            self.notify(work.instance_id)
 
     async def _outcome(self, work: ActivityWork, attempts: int) -> dict[str, Any]:
         if attempts > 1:
@@ -185,7 +203,7 @@ class ActivityRunner:
         """A run abandoned at stop did not crash: it must not count towards poison."""
         try:
             await self.store.release_activity(work.work_id)
-        except Exception:
+        except Exception:  # best effort while stopping
             log.warning("could not release activity %s at stop", work.name, exc_info=True)
 
 

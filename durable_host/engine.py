@@ -14,15 +14,32 @@ ten thousand sleeping instances cost what one costs. The replay cache
 live SDK sessions (``sessions.py``) - of *hot* instances only, those with an activity or
 message on its way, and drops an instance as soon as it waits, finishes, or a commit of it
 fails.
+
+One commit per step: an activity that ran here hands its result to the engine
+(``deliver``) instead of completing it; the instance's next episode takes it as an
+in-memory message, and ``Store.commit_step`` commits the result and the episode in one
+transaction - the result is durable before anything the episode does is released. Results
+that arrive while the instance's episode runs wait for the next episode, which takes them
+all (a fan-in becomes a few episodes). A result no episode commits (the instance is
+suspended or parked, the episode failed, another run reported it first, the host stops) is
+completed by itself (``complete_activity``), as every result was before.
+
 After a crash, ``start`` finds every instance with visible messages and every
 uncompleted activity in the store and picks them up: an activity that was running when
-the host died runs again (the one re-execution window, counted in
-``stats['activity_reruns']``). Work another process writes to the task hub arrives
-through the store's ``poll``, which the engine calls in a loop from start to stop.
+the host died, or had returned but its result was not yet committed, runs again (the one
+re-execution window, counted in ``stats['activity_reruns']``). Work another process writes
+to the task hub arrives through the store's ``poll``, which the engine calls in a loop from
+start to stop.
 
 Poison: before each episode or entity batch the store counts one more attempt
-(``begin_attempt``; a commit resets it). Work that kills the process every time, or
-fails every time, reaches ``poison_attempts`` and is quarantined. A failure of the
+(``begin_attempt``; a commit resets it). A commit that schedules an activity of the
+instance counts its next attempt (the step) in advance, in its own transaction
+(``count_next``; not with ``poison_attempts`` 1), and the engine runs the next episode
+without a write of its own; a run that dies is counted all the same, and a graceful stop
+gives back the advance counts it did not use. (A crash while no episode of the instance
+ran - in its activity - leaves that advance count standing, so it adds one attempt at
+most, once per commit.) Work that kills the process every time, or fails every time,
+reaches ``poison_attempts`` and is quarantined. A failure of the
 storage itself (``StoreError``: a full disk, an outage) is not the work's fault: the
 attempt it ended does not count - the next attempt reuses its count instead of counting
 again - so a store that recovers never turns into quarantined instances. Quarantined: the orchestration
@@ -74,7 +91,14 @@ from durable_host import history as h
 from durable_host.activity_runner import ActivityRunner
 from durable_host.config import HostConfig
 from durable_host.loader import AppIndex
-from durable_host.records import InstanceRecord, MessageKind, OutgoingKind, RuntimeStatus
+from durable_host.records import (
+    ActivityWork,
+    Completion,
+    InstanceRecord,
+    MessageKind,
+    OutgoingKind,
+    RuntimeStatus,
+)
 from durable_host.store.base import CorruptHistoryError, Store, StoreError
 
 log = logging.getLogger("durable_host.engine")
@@ -82,6 +106,8 @@ MAX_ACTIVITY_ATTEMPTS = 5  # default attempts before work is declared poison
 MAX_IDLE_WAIT = 30.0  # seconds; the timer loop re-checks the store at least this often
 MESSAGE_BATCH = 1000  # inbox messages taken into one episode
 MAX_RETRY_DELAY = 30.0  # seconds between attempts at an instance whose processing fails
+MAX_COUNTED_AHEAD = 100_000  # instances whose next attempt a commit counted (memory bound)
+Result = tuple[ActivityWork, dict[str, Any]]  # an activity's work item and its result message
 
 
 def _env_flag(name: str, default: bool) -> bool:
@@ -151,6 +177,15 @@ class Engine:
         )
         # DURABLE_HOST_SESSION_VERIFY=N: every Nth episode of a session is a full replay.
         self.session_verify = _env_int("DURABLE_HOST_SESSION_VERIFY", 0)
+        # One commit per step (DURABLE_HOST_STEP_COMMIT=0 turns it off, for comparisons):
+        # an activity's result is committed with the episode it unblocks, and a commit
+        # counts the next episode's attempt in advance.
+        self.step_commits = _env_flag("DURABLE_HOST_STEP_COMMIT", True)
+        # Activity results handed over by the runner, for the instance's next episode.
+        self._results: dict[str, list[Result]] = {}
+        self._inbox: set[str] = set()  # instances told of stored messages since their fetch
+        # Instances whose last commit here counted their next attempt: the commit's time.
+        self._counted: dict[str, str] = {}
         self._failures: dict[str, int] = {}  # instances whose processing failed, in a row
         # Instances whose last attempt a store error ended: its count, for the next attempt.
         self._uncounted: dict[str, int] = {}
@@ -175,6 +210,7 @@ class Engine:
             client_json=lambda: self.client_json(),
             poison_attempts=lambda: self.poison_attempts,
             stats=self.stats,
+            deliver=self.deliver,
         )
         # Recent durations (seconds) for /admin/host/metrics and bench/: bounded memory.
         self.timings: dict[str, deque[float]] = {
@@ -217,10 +253,52 @@ class Engine:
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
+        for instance_id in list(self._results):
+            self._complete_apart(self._results.pop(instance_id))  # within the same grace
+        await self._release_counted(deadline)
         await self.activities.stop(deadline)
+
+    async def _release_counted(self, deadline: float) -> None:
+        """Give back the attempts commits counted in advance for episodes that never began:
+        a graceful stop is no crash, so it must not bring an instance nearer to poison."""
+        counted, self._counted = list(self._counted), {}
+        if not counted:
+            return
+        releases = [self.store.release_attempt(instance_id) for instance_id in counted]
+        remaining = max(0.1, deadline - asyncio.get_running_loop().time())
+        try:
+            async with asyncio.timeout(remaining):
+                outcomes = await asyncio.gather(*releases, return_exceptions=True)
+        except TimeoutError:
+            log.warning("stop: %d attempts counted in advance were left counted", len(counted))
+            return
+        failed = sum(isinstance(outcome, BaseException) for outcome in outcomes)
+        if failed:
+            log.warning("stop: %d attempts counted in advance were left counted", failed)
 
     def notify(self, instance_id: str) -> None:
         """Mark an instance ready (it has, or may have, visible messages)."""
+        if self._stopping:
+            return
+        self._inbox.add(instance_id)
+        self._ready_up(instance_id)
+
+    def deliver(self, work: ActivityWork, message: dict[str, Any]) -> bool:
+        """Take an activity's result for its instance's next episode, which commits both
+        in one transaction (``commit_step``); False: the runner completes it by itself.
+
+        Results that arrive while the instance's episode runs wait for the next one, which
+        takes them all (a fan-in becomes a few episodes, not one per result). Until that
+        commit a result lives only here: a crash runs its activity again, as a crash
+        between an activity's return and its own completion always did.
+        """
+        if self._stopping or not self.step_commits:
+            return False
+        self._results.setdefault(work.instance_id, []).append((work, message))
+        self._ready_up(work.instance_id)
+        return True
+
+    def _ready_up(self, instance_id: str) -> None:
         if self._stopping:
             return
         if instance_id in self._running:
@@ -239,7 +317,7 @@ class Engine:
 
     def busy(self) -> bool:
         """Whether anything is queued or running (``wake.IdleWatch`` reads it)."""
-        return bool(self._queued or self._running or self.activities.running)
+        return bool(self._queued or self._running or self._results or self.activities.running)
 
     # --- orchestrations and entities ----------------------------------------------
 
@@ -254,7 +332,7 @@ class Engine:
             try:
                 await self._process(instance_id)
                 self._failures.pop(instance_id, None)
-            except Exception:  # noqa: BLE001 - _retry_later logs it and backs off
+            except Exception:  # noqa: BLE001 - logged and retried with back-off, never lost
                 self._dirty.discard(instance_id)
                 self._retry_later(instance_id)
             finally:
@@ -262,7 +340,7 @@ class Engine:
                 self._running.discard(instance_id)
                 if instance_id in self._dirty:
                     self._dirty.discard(instance_id)
-                    self.notify(instance_id)
+                    self._ready_up(instance_id)
 
     def _retry_later(self, instance_id: str) -> None:
         """Back off exponentially: a failing instance must not spin (attempts are counted)."""
@@ -280,31 +358,72 @@ class Engine:
         else:
             log.exception("processing failed (%d in a row); retrying in %.1fs", failures, delay)
         self._forget(instance_id)
+        # Results must not wait in memory through the back-off: they are stored now.
+        self._complete_apart(self._results.pop(instance_id, []))
         asyncio.get_running_loop().call_later(delay, self.notify, instance_id)
 
     async def _process(self, instance_id: str) -> None:
-        """One episode or entity batch; the instance record is read once for all of it."""
+        """One episode or entity batch, with the activity results waiting for it; results
+        it does not commit are completed one by one."""
+        results = self._take_results(instance_id)
+        committed = False
+        try:
+            committed = await self._process_messages(instance_id, results)
+        finally:
+            if results and not committed:
+                self._complete_apart(results)
+
+    def _take_results(self, instance_id: str) -> list[Result]:
+        pending = self._results.pop(instance_id, None)
+        if not pending:
+            return []
+        limit = max(1, self.store.max_step_completions)
+        if len(pending) > limit:
+            self._results[instance_id] = pending[limit:]
+            self._dirty.add(instance_id)  # the rest go to the next episode
+            pending = pending[:limit]
+        return pending
+
+    def _complete_apart(self, results: list[Result]) -> None:
+        """Results no episode commits: each completed in its own transaction (retried)."""
+        for work, message in results:
+            self.activities.complete(work, message)
+
+    async def _process_messages(self, instance_id: str, results: list[Result]) -> bool:
+        """The instance record is read once for all of it; True if ``results`` committed.
+
+        Without stored messages to expect (the instance was only handed results), the
+        inbox is not read: anything stored meanwhile comes with a ``notify`` of its own.
+        """
         now = self.now()
-        messages = await self.store.fetch_messages(instance_id, now, MESSAGE_BATCH)
-        if not messages:
-            return
+        messages: list[tuple[int, dict[str, Any]]] = []
+        if not results or instance_id in self._inbox:
+            self._inbox.discard(instance_id)
+            messages = await self.store.fetch_messages(instance_id, now, MESSAGE_BATCH)
+            if len(messages) >= MESSAGE_BATCH:
+                self._inbox.add(instance_id)
+                self._dirty.add(instance_id)
+        if not messages and not results:
+            return False
         for message_id, message in messages:
             if message.get("kind") == MessageKind.UNDECODABLE:
                 log.error(
                     "inbox message %d cannot be decoded: %s", message_id, message.get("error")
                 )
+        # Results take ids no inbox message has; the commit tells the store which it took.
+        incoming = messages + [(-1 - n, message) for n, (_, message) in enumerate(results)]
         entity_id = instance_id.startswith("@")
         reading = time.perf_counter()
         record = await self.store.get_instance(instance_id)
         read = time.perf_counter() - reading
         status = record.status if record else None
-        if not entity_id and orchestration.all_held(status, [m for _, m in messages]):
-            return  # e.g. events for a suspended instance: nothing to do, nothing to count
-        verdict = None if entity_id else self._version_verdict(instance_id, record, messages)
+        if not entity_id and orchestration.all_held(status, [m for _, m in incoming]):
+            return False  # e.g. events for a suspended instance: nothing to do, nothing to count
+        verdict = None if entity_id else self._version_verdict(instance_id, record, incoming)
         if verdict is not None and not verdict.fail:
-            return  # parked: untouched, not even counted as an attempt
+            return False  # parked: untouched, not even counted as an attempt
         counting = time.perf_counter()
-        attempts, poison = await self._count_attempt(instance_id)
+        attempts, poison = await self._count_attempt(instance_id, record)
         if verdict is not None:
             poison = poison or verdict.reason
         self.timings["attempt"].append(time.perf_counter() - counting)
@@ -312,14 +431,14 @@ class Engine:
             if entity_id:
                 async with self._entity_slots:
                     await self._entity_batch(instance_id, record, messages, now, poison)
-            else:
-                async with self._orchestrator_slots:
-                    await self._episode(instance_id, record, messages, now, poison, read)
+                return False
+            async with self._orchestrator_slots:
+                return await self._episode(
+                    instance_id, record, incoming, results, now, poison, read
+                )
         except StoreError:
             self._uncounted[instance_id] = attempts
             raise
-        if len(messages) >= MESSAGE_BATCH:
-            self._dirty.add(instance_id)
 
     def _version_verdict(
         self,
@@ -343,12 +462,20 @@ class Engine:
             log.warning("left untouched: %s", verdict.reason)
         return verdict
 
-    async def _count_attempt(self, instance_id: str) -> tuple[int, str | None]:
+    async def _count_attempt(
+        self, instance_id: str, record: InstanceRecord | None
+    ) -> tuple[int, str | None]:
         """Count this attempt (unless a store error ended the last one: it takes its
-        place); the count, and past the bound, the reason the instance is quarantined."""
+        place; or this host's last commit of the instance counted it already, and nothing
+        wrote the instance since); the count, and past the bound, the reason the instance is
+        quarantined."""
         attempts = self._uncounted.pop(instance_id, None)
         if attempts is None:
-            attempts = await self.store.begin_attempt(instance_id)
+            counted = self._counted.pop(instance_id, None)
+            if counted is not None and record is not None and counted == record.updated_at:
+                attempts = 1
+            else:
+                attempts = await self.store.begin_attempt(instance_id)
         if attempts <= self.poison_attempts:
             if attempts > 1:
                 log.warning("attempt %d: the previous attempt did not finish", attempts)
@@ -363,17 +490,21 @@ class Engine:
         instance_id: str,
         record: InstanceRecord | None,
         messages: list[tuple[int, dict[str, Any]]],
+        results: list[Result],
         now: str,
         poison: str | None,
         read: float,
-    ) -> None:
-        """``read``: seconds the instance record took to read (part of the ``load`` timing)."""
+    ) -> bool:
+        """``messages`` includes ``results`` (under negative ids); ``read``: seconds the
+        instance record took to read (part of the ``load`` timing). True if the results were
+        committed with the episode."""
         loading = time.perf_counter() - read
         try:
             history, session, text = await self._history(instance_id, record)
         except CorruptHistoryError as exc:
-            await self._quarantine_unreadable(instance_id, record, messages, str(exc), now)
-            return
+            stored = [(i, m) for i, m in messages if i >= 0]
+            await self._quarantine_unreadable(instance_id, record, stored, str(exc), now)
+            return False
         self.timings["load"].append(time.perf_counter() - loading)
         starts = [m for _, m in messages if m["kind"] == MessageKind.START]
         name = starts[-1]["event"]["Name"] if starts else (record.name if record else "")
@@ -403,15 +534,44 @@ class Engine:
         )
         replayed = time.perf_counter()
         if not episode.consumed:
-            return  # everything is held (suspended): nothing to commit
+            return False  # everything is held (suspended): nothing to commit
         traced = telemetry.trace_episode(instance_id, history, episode)  # stamps what it sends
+        taken = set(episode.consumed)
+        completions = [
+            Completion(work.work_id, message, consumed=(-1 - n) in taken)
+            for n, (work, message) in enumerate(results)
+        ]
+        episode.consumed = [i for i in episode.consumed if i >= 0]
+        count_next = self._counts_next(record, episode)
         faults.hit("episode.before_commit")
         try:
-            created = await self.store.commit_episode(instance_id, episode, now)
+            if completions:
+                faults.hit("step.before_commit")
+                created = await self.store.commit_step(
+                    instance_id, completions, episode, now, count_next=count_next
+                )
+            else:
+                created = await self.store.commit_episode(
+                    instance_id, episode, now, count_next=count_next
+                )
         except BaseException:
             self._forget(instance_id)  # the session ran ahead of the store
+            self._counted.pop(instance_id, None)
             raise
+        if created is None:
+            # Another run reported one of the results: nothing applied. The results go one
+            # by one (the others are stored, that one is not) and the episode runs again.
+            self._forget(instance_id)
+            self._inbox.add(instance_id)
+            self._dirty.add(instance_id)
+            log.info("an activity result was reported by another run; the episode runs again")
+            return False
         faults.hit("episode.after_commit")
+        if completions:
+            faults.hit("step.after_commit")
+            self.stats["step_commits"] = self.stats.get("step_commits", 0) + 1
+            self.stats["step_results"] = self.stats.get("step_results", 0) + len(completions)
+        self._note_counted(instance_id, count_next, now)
         done = time.perf_counter()
         self._remember(instance_id, record, history, episode, now, session, text)
         self.timings["replay"].append(replayed - started)
@@ -429,6 +589,28 @@ class Engine:
         for work in created:
             self.activities.spawn(work, fresh=True)
         self._dispatch(episode.outbox, now)
+        return bool(completions)
+
+    def _counts_next(self, record: InstanceRecord | None, episode: orchestration.Episode) -> bool:
+        """Whether the commit counts the next episode's attempt in advance: for a running
+        instance whose next episode is most likely a step this host runs (it scheduled an
+        activity). A crash before that episode (in the activity) leaves the advance count
+        standing - one attempt more than happened - so never with a single attempt allowed,
+        and never while only other instances' work is awaited (a crash there is not this
+        instance's doing; its next episode counts for itself)."""
+        if not self.step_commits or self.poison_attempts < 2:
+            return False
+        status = episode.status or (record.status if record else None)
+        return status == RuntimeStatus.RUNNING and any(
+            item.kind == OutgoingKind.ACTIVITY for item in episode.outbox
+        )
+
+    def _note_counted(self, instance_id: str, counted: bool, now: str) -> None:
+        self._counted.pop(instance_id, None)
+        if counted:
+            if len(self._counted) >= MAX_COUNTED_AHEAD:
+                self._counted.clear()  # forgetting costs only a count write per instance
+            self._counted[instance_id] = now
 
     async def _history(
         self, instance_id: str, record: InstanceRecord | None

@@ -2,8 +2,9 @@
 
 This is the neutral ground between the decision cores (``orchestration``, ``entity``,
 ``shim``) and the storage port (``store/``): a core returns an ``Episode`` or an
-``EntityCommit``, a store persists it and hands back ``InstanceRecord`` and ``ActivityWork``
-values, and neither side imports the other.
+``EntityCommit``, a store persists it (with the ``Completion`` of each activity result the
+episode took, when they commit together) and hands back ``InstanceRecord`` and
+``ActivityWork`` values, and neither side imports the other.
 
 Vocabularies:
 
@@ -136,6 +137,20 @@ class ActivityWork:
     name: str
     input_json: str | None
     dequeue_count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """An activity's result committed together with the episode it unblocks (``commit_step``).
+
+    ``consumed``: the episode took the result as an event; otherwise (the instance holds
+    events, e.g. while suspended) the commit puts it in the inbox, as a separate completion
+    would have.
+    """
+
+    work_id: int
+    message: dict[str, Any]
+    consumed: bool
 
 
 @dataclass(frozen=True, slots=True)

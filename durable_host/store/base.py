@@ -16,14 +16,25 @@ implementation):
   a count above 1 means the item ran before and the host died.
 * ``complete_activity`` removes the work item and enqueues its result in one atomic
   step, and does nothing if the work item is already gone: exactly one completion.
+* ``commit_step`` is ``complete_activity`` of each completion and ``commit_episode`` of the
+  episode that took them, in one atomic step: each work item is removed, a result the
+  episode consumed is never written to the inbox (one it left waiting is), and the episode
+  is applied. If any of the work items is already gone it applies nothing and returns
+  None (the results were reported by another run; the engine completes them one by one).
+  It holds at most ``max_step_completions`` completions.
 * ``create_instance`` checks the existing status and writes the row and the start
   message atomically; when a call returns, its write is durable.
 * ``fetch_messages`` never fails on a message it cannot decode: it returns
   ``{"kind": "undecodable", "error": ..., "text": <first 200 chars>}`` in its place, so
   the engine can quarantine it. ``get_history`` raises ``CorruptHistoryError`` instead.
 * ``begin_attempt`` counts, durably enough to survive a crash of the host process, one
-  more attempt at an instance's next episode or entity batch; ``commit_episode`` and
-  ``commit_entity`` reset the count (and ``purge`` forgets it). Poison detection rests on it.
+  more attempt at an instance's next episode or entity batch; ``commit_episode``,
+  ``commit_step`` and ``commit_entity`` reset the count (and ``purge`` forgets it). With
+  ``count_next`` an episode's commit sets it to 1 instead: the instance's next episode is
+  counted in advance, in the same transaction, so the engine that committed it can run
+  that episode without a write of its own (and a run that dies before its commit is still
+  counted); ``release_attempt`` undoes one count (a graceful stop gives back the advance
+  counts it did not use: nothing crashed). Poison detection rests on it.
 * ``commit_episode`` with ``rewrite_history`` replaces the whole history with
   ``episode.events`` (same execution: a rewind) and clears the output.
 * ``send`` with ``status`` also sets the instance's runtime status, in the same atomic
@@ -68,6 +79,7 @@ from typing import Any, Protocol
 
 from durable_host.records import (
     ActivityWork,
+    Completion,
     EntityCommit,
     Episode,
     InstanceRecord,
@@ -77,6 +89,7 @@ from durable_host.records import (
 
 __all__ = [
     "ActivityWork",
+    "Completion",
     "CorruptHistoryError",
     "EntityCommit",
     "Episode",
@@ -150,9 +163,22 @@ class Store(Protocol):
         self, instance_id: str, now: str, limit: int = 1000
     ) -> list[tuple[int, dict[str, Any]]]: ...
 
+    @property
+    def max_step_completions(self) -> int: ...
+
     async def commit_episode(
-        self, instance_id: str, episode: Episode, now: str
+        self, instance_id: str, episode: Episode, now: str, *, count_next: bool = False
     ) -> list[ActivityWork]: ...
+
+    async def commit_step(
+        self,
+        instance_id: str,
+        completions: list[Completion],
+        episode: Episode,
+        now: str,
+        *,
+        count_next: bool = False,
+    ) -> list[ActivityWork] | None: ...
 
     async def commit_entity(self, commit: EntityCommit) -> None: ...
 
@@ -167,6 +193,8 @@ class Store(Protocol):
     async def release_activity(self, work_id: int) -> None: ...
 
     async def begin_attempt(self, instance_id: str) -> int: ...
+
+    async def release_attempt(self, instance_id: str) -> None: ...
 
     async def ready_instances(self, now: str, due_only: bool = False) -> list[str]: ...
 

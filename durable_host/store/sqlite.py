@@ -5,6 +5,13 @@ accepted request or a committed episode survives a kill of everything. All SQL r
 one dedicated thread, which serialises access to the single connection and keeps the
 event loop free.
 
+Group commit: writes that queue up while the thread is busy (most often waiting for the
+previous commit's fsync) are applied in one transaction, each in a savepoint of its own,
+and made durable by one COMMIT; each caller hears of its write only after that COMMIT. A
+write whose body fails is rolled back to its savepoint and fails alone; a COMMIT that
+fails fails them all (unless the nonce shows it applied). One fsync then serves many
+episodes, messages and starts, which is what bounds throughput on one file.
+
 One host process per file (``sqlite_guard``): an exclusive lock on the database file
 itself - whatever path, symlink or hard link reaches it - makes a second host refuse to
 start; every write transaction checks the owner epoch and that the path still names the
@@ -18,17 +25,20 @@ host stops.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from durable_host import faults
 from durable_host.records import (
     ActivityWork,
+    Completion,
     EntityCommit,
     Episode,
     InstanceRecord,
@@ -47,6 +57,7 @@ from durable_host.store.sqlite_guard import (
 from durable_host.store.sqlite_sql import (
     COLUMNS,
     SCHEMA,
+    complete_work,
     delete_inbox,
     filters,
     instance_record,
@@ -58,12 +69,42 @@ from durable_host.store.sqlite_sql import (
 T = TypeVar("T")
 log = logging.getLogger("durable_host.store.sqlite")
 IDENTITY_CHECK_SECONDS = 1.0  # reads notice a removed or replaced file within this time
+# One transaction deletes a work item per completion: no limit worth having below this.
+MAX_STEP_COMPLETIONS = 1000
+
+
+class _WorkGone(Exception):
+    """A step's work item was already completed: its transaction applies nothing."""
+
+
+@dataclass(slots=True)
+class _Write:
+    """One write waiting for the store thread: its body runs inside a group's transaction."""
+
+    operation: str
+    body: Callable[[sqlite3.Connection], Any]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+
+    def settle(self, value: Any = None, error: BaseException | None = None) -> None:
+        """From the store thread: hand the outcome to the waiting caller (first one wins)."""
+
+        def deliver() -> None:
+            if self.future.done():
+                return
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(value)
+
+        self.loop.call_soon_threadsafe(deliver)
 
 
 class SqliteStore:
     """Store port on one SQLite file (see module docstring)."""
 
     round_trips: int | None = None  # no network: nothing to count
+    max_step_completions: int = MAX_STEP_COMPLETIONS
 
     def __init__(
         self, path: Path, read_only: bool = False, on_lost: Callable[[str], None] | None = None
@@ -82,13 +123,18 @@ class SqliteStore:
         self._lost: StoreLostError | None = None
         self._checked = 0.0  # monotonic time of the last identity check
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
+        self._writes: collections.deque[_Write] = collections.deque()  # for the next group
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._lost is not None:
             raise self._lost
         loop = asyncio.get_running_loop()
+        return await self._translated(loop.run_in_executor(self._pool, self._call, fn))
+
+    async def _translated(self, outcome: Awaitable[T]) -> T:
+        """Await ``outcome`` (SQL on the store thread), its errors as the port's."""
         try:
-            return await loop.run_in_executor(self._pool, self._call, fn)
+            return await outcome
         except sqlite3.Error as exc:
             error = translate(exc, self.path)
             if error is exc:
@@ -150,7 +196,78 @@ class SqliteStore:
                 log.warning("rollback after %r failed", exc, exc_info=True)
 
     async def _write(self, operation: str, body: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._run(lambda db: self._tx(db, body, operation))
+        """Run ``body`` in a write transaction (shared with the writes queued beside it)."""
+        if self._lost is not None:
+            raise self._lost
+        loop = asyncio.get_running_loop()
+        write = _Write(operation, body, loop, loop.create_future())
+        self._writes.append(write)
+        # One drain per write: the first to run takes every write queued by then, the
+        # others find the queue empty. The thread runs them in order with the reads.
+        self._pool.submit(self._drain)
+        return await self._translated(write.future)
+
+    def _drain(self) -> None:
+        batch: list[_Write] = []
+        while self._writes:
+            batch.append(self._writes.popleft())
+        if not batch:
+            return
+        try:
+            self._call(lambda db: self._group(db, batch))
+        except BaseException as exc:  # noqa: BLE001 - handed to every caller of the group
+            for write in batch:
+                write.settle(error=exc)  # writes settled already keep their outcome
+
+    def _group(self, db: sqlite3.Connection, batch: list[_Write]) -> None:
+        """One transaction for ``batch``: each write in a savepoint, one COMMIT for all."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            nonce = self._owner.fence(db)
+        except BaseException as exc:
+            self._rollback(db, exc)
+            raise
+        applied: list[tuple[_Write, Any]] = []
+        for n, write in enumerate(batch):
+            db.execute("SAVEPOINT write")
+            try:
+                value = write.body(db)
+                faults.hit("store.before_commit")
+                self._faults.before(write.operation)
+            except BaseException as exc:  # noqa: BLE001 - the write's own failure, its caller's
+                if not db.in_transaction:
+                    # SQLite ended the whole transaction (e.g. a full disk): nothing applies.
+                    for failed in [*(w for w, _ in applied), *batch[n:]]:
+                        failed.settle(error=exc)
+                    return
+                db.execute("ROLLBACK TO write")
+                db.execute("RELEASE write")
+                write.settle(error=exc)
+                continue
+            db.execute("RELEASE write")
+            applied.append((write, value))
+        if not applied:
+            db.execute("ROLLBACK")
+            return
+        try:
+            self._owner.check()
+        except BaseException as exc:
+            self._rollback(db, exc)
+            raise
+        try:
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            # The outcome of a failed COMMIT is not known from the error: ask the file.
+            self._rollback(db, exc)
+            if not self._owner.applied(db, nonce):
+                raise
+            log.warning("a commit of %d writes reported %r after it had applied", len(applied), exc)
+        for write, value in applied:
+            try:
+                self._faults.after(write.operation)
+            except sqlite3.Error as exc:
+                log.warning("%s reported %r after it had applied; it stands", write.operation, exc)
+            write.settle(value)
 
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -300,28 +417,62 @@ class SqliteStore:
     # --- commits ---------------------------------------------------------------------
 
     async def commit_episode(
-        self, instance_id: str, episode: Episode, now: str
+        self, instance_id: str, episode: Episode, now: str, *, count_next: bool = False
     ) -> list[ActivityWork]:
         def body(db: sqlite3.Connection) -> list[ActivityWork]:
-            delete_inbox(db, episode.consumed)
-            db.execute("DELETE FROM attempts WHERE instance_id=?", (instance_id,))
-            if episode.replace_history or episode.rewrite_history:
-                db.execute("DELETE FROM history WHERE instance_id=?", (instance_id,))
-                start = 0
-            else:
-                row = db.execute(
-                    "SELECT COALESCE(MAX(seq)+1, 0) FROM history WHERE instance_id=?",
-                    (instance_id,),
-                ).fetchone()
-                start = row[0]
-            db.executemany(
-                "INSERT INTO history (instance_id, seq, event) VALUES (?,?,?)",
-                [(instance_id, start + i, codec.encode(e)) for i, e in enumerate(episode.events)],
-            )
-            update_instance(db, instance_id, episode, now)
-            return write_outbox(db, episode)
+            return self._apply_episode(db, instance_id, episode, now, count_next)
 
         return await self._write("commit_episode", body)
+
+    async def commit_step(
+        self,
+        instance_id: str,
+        completions: list[Completion],
+        episode: Episode,
+        now: str,
+        *,
+        count_next: bool = False,
+    ) -> list[ActivityWork] | None:
+        def body(db: sqlite3.Connection) -> list[ActivityWork]:
+            for completion in completions:
+                if not complete_work(db, instance_id, completion):
+                    raise _WorkGone  # another run reported it: roll everything back
+            created = self._apply_episode(db, instance_id, episode, now, count_next)
+            faults.hit("store.before_step_commit")  # the step's commit point is next
+            return created
+
+        try:
+            return await self._write("commit_step", body)
+        except _WorkGone:
+            return None
+
+    @staticmethod
+    def _apply_episode(
+        db: sqlite3.Connection, instance_id: str, episode: Episode, now: str, count_next: bool
+    ) -> list[ActivityWork]:
+        delete_inbox(db, episode.consumed)
+        if count_next:
+            db.execute(
+                "INSERT OR REPLACE INTO attempts (instance_id, count) VALUES (?, 1)",
+                (instance_id,),
+            )
+        else:
+            db.execute("DELETE FROM attempts WHERE instance_id=?", (instance_id,))
+        if episode.replace_history or episode.rewrite_history:
+            db.execute("DELETE FROM history WHERE instance_id=?", (instance_id,))
+            start = 0
+        else:
+            row = db.execute(
+                "SELECT COALESCE(MAX(seq)+1, 0) FROM history WHERE instance_id=?",
+                (instance_id,),
+            ).fetchone()
+            start = row[0]
+        db.executemany(
+            "INSERT INTO history (instance_id, seq, event) VALUES (?,?,?)",
+            [(instance_id, start + i, codec.encode(e)) for i, e in enumerate(episode.events)],
+        )
+        update_instance(db, instance_id, episode, now)
+        return write_outbox(db, episode)
 
     async def commit_entity(self, commit: EntityCommit) -> None:
         def body(db: sqlite3.Connection) -> None:
@@ -355,14 +506,7 @@ class SqliteStore:
         self, work_id: int, instance_id: str, message: dict[str, Any], now: str
     ) -> bool:
         def body(db: sqlite3.Connection) -> bool:
-            gone = db.execute("DELETE FROM activities WHERE id=?", (work_id,)).rowcount == 0
-            if gone:
-                return False  # another run already reported this task
-            db.execute(
-                "INSERT INTO inbox (instance_id, message, visible_at) VALUES (?,?,NULL)",
-                (instance_id, codec.encode(message)),
-            )
-            return True
+            return complete_work(db, instance_id, Completion(work_id, message, consumed=False))
 
         return await self._write("complete_activity", body)
 
@@ -419,6 +563,16 @@ class SqliteStore:
                 db.execute("PRAGMA synchronous=FULL")
 
         return await self._run(counted)
+
+    async def release_attempt(self, instance_id: str) -> None:
+        """Undo one count: the attempt a commit counted in advance never began (a stop)."""
+
+        def body(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE attempts SET count=MAX(count-1, 0) WHERE instance_id=?", (instance_id,)
+            )
+
+        await self._write("release_attempt", body)
 
     async def ready_instances(self, now: str, due_only: bool = False) -> list[str]:
         """Instances with visible messages (``due_only``: only those with due timers)."""

@@ -9,6 +9,7 @@ from typing import Any
 
 from durable_host.records import (
     ActivityWork,
+    Completion,
     Episode,
     InstanceRecord,
     OutgoingKind,
@@ -93,6 +94,19 @@ def instance_record(row: tuple[Any, ...]) -> InstanceRecord:
         entity_state=row[11],
         entity_exists=bool(row[12]),
     )
+
+
+def complete_work(db: sqlite3.Connection, instance_id: str, completion: Completion) -> bool:
+    """Remove the work item and, unless the episode committed with it took the result, put
+    the result in the inbox; False (nothing written) if another run already reported it."""
+    if db.execute("DELETE FROM activities WHERE id=?", (completion.work_id,)).rowcount == 0:
+        return False
+    if not completion.consumed:
+        db.execute(
+            "INSERT INTO inbox (instance_id, message, visible_at) VALUES (?,?,NULL)",
+            (instance_id, codec.encode(completion.message)),
+        )
+    return True
 
 
 def delete_inbox(db: sqlite3.Connection, ids: list[int]) -> None:

@@ -77,6 +77,8 @@ LONG_POINTS = (
     "episode.after_commit",
     "entity.after_commit",
     "activity.start",
+    "step.before_commit",  # an activity's result held in memory, its episode decided
+    "store.before_step_commit",  # inside the commit of a result and its episode
 )
 # Quick: one kill per scenario, at a pass that differs from scenario to scenario.
 QUICK_PASS = {s.name: 2 + i % 4 for i, s in enumerate(SCENARIOS)}

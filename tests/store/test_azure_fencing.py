@@ -166,9 +166,19 @@ def test_a_second_host_never_takes_work_from_a_live_owner(hosts) -> None:
 # --- lost responses ----------------------------------------------------------------------------
 
 
-def test_writes_whose_response_was_lost_apply_once(hosts) -> None:
-    faults = "commit@2,commit@5,commit@9,complete@1,complete@4,stage@1,stage@3"
-    host = hosts("faulty", DURABLE_HOST_AZURE_FAULTS=faults).start()
+@pytest.mark.parametrize(
+    ("step_commit", "faults"),
+    [
+        # Activity results commit with their episodes: the commits lose their responses.
+        ("1", "commit@2,commit@5,commit@9,commit@12,commit@15,stage@1,stage@3"),
+        # Each result its own completion (the setting off): completions lose theirs too.
+        ("0", "commit@2,commit@5,commit@9,complete@1,complete@4,stage@1,stage@3"),
+    ],
+)
+def test_writes_whose_response_was_lost_apply_once(hosts, step_commit: str, faults: str) -> None:
+    host = hosts(
+        "faulty", DURABLE_HOST_AZURE_FAULTS=faults, DURABLE_HOST_STEP_COMMIT=step_commit
+    ).start()
 
     ids = [
         host.start_orchestration("hello_sequence"),

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from durable_host.orchestration import Episode
+from durable_host.records import Completion
 from tests.store.test_store_contract import T0, activity, event, raised, started
 
 RESULT = {"kind": "event", "event": {"EventType": 5, "TaskScheduledId": 0}}
@@ -42,6 +43,29 @@ def test_an_activity_step_costs_four_requests(run_store) -> None:
         # A status request between steps reads the head this process just committed.
         assert (await store.get_instance("a")).updated_at == T0
         assert store.round_trips - before == 4
+
+    run_store(body)
+
+
+def test_an_activity_step_committed_with_its_episode_costs_one_request(run_store) -> None:
+    async def body(store: Any) -> None:
+        await started(store, "a")
+        await store.fetch_messages("a", T0)
+        episode = Episode(outbox=[activity("a", 0)])
+        [work] = await store.commit_episode("a", episode, T0, count_next=True)
+        before = store.round_trips
+
+        # The step as the engine takes it when the result comes from its own activity run:
+        # no inbox to read, the attempt counted by the last commit, the record and the
+        # head's ETag known from that commit.
+        for step in range(1, 4):
+            assert (await store.get_instance("a")).status == "Running"
+            completion = Completion(work.work_id, RESULT, consumed=True)
+            episode = Episode(events=[event(step)], outbox=[activity("a", step)])
+            [work] = await store.commit_step("a", [completion], episode, T0, count_next=True)
+
+        assert store.round_trips - before == 3
+        assert [w.task_id for w in await store.pending_activities()] == [3]
 
     run_store(body)
 

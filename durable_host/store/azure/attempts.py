@@ -1,8 +1,8 @@
 """Attempts at an instance's next episode, counted durably for poison detection.
 
 The ``a`` row of a partition counts how often an episode (or entity batch) of the instance
-began since its last commit; every commit transaction resets it (``reset_attempts``), and
-a purge forgets it. ``begin`` is one conditional write (create, or REPLACE If-Match on
+began since its last commit; every commit transaction resets it (``reset_attempts``: to 0,
+or to 1 when it counts the next episode in advance), and a purge forgets it. ``begin`` is one conditional write (create, or REPLACE If-Match on
 the row as the preceding fetch read it) carrying a nonce, so a retry after a lost
 response finds its own count instead of counting twice.
 """
@@ -23,11 +23,12 @@ from durable_host.store.azure.errors import StoreConflictError, status_of
 from durable_host.store.azure.tables import HubTables, Operation
 
 
-def reset_attempts(partition: str) -> Operation:
-    """Part of every commit transaction: the episode finished, attempts start over."""
+def reset_attempts(partition: str, count: int = 0) -> Operation:
+    """Part of every commit transaction: the episode finished, attempts start over - at 1
+    when the commit counts the instance's next episode in advance (``count_next``)."""
     return (
         "upsert",
-        {"PartitionKey": partition, "RowKey": ATTEMPTS_ROW, "Count": 0},
+        {"PartitionKey": partition, "RowKey": ATTEMPTS_ROW, "Count": count},
         {"mode": UpdateMode.REPLACE},
     )
 
@@ -51,11 +52,23 @@ class EpisodeAttempts:
         partition = partition_key(instance_id)
         row = self._read_by_fetch.pop(partition, None)
         faults.hit("store.before_commit")
+        return await self._change(instance_id, row, +1)
+
+    async def release(self, instance_id: str) -> None:
+        """Undo one count: an attempt counted in advance that never began (a stop)."""
+        partition = partition_key(instance_id)
+        self._read_by_fetch.pop(partition, None)
+        row = await self._tables.read_row(partition, ATTEMPTS_ROW)
+        if row is not None and int(row.get("Count", 0)) > 0:
+            await self._change(instance_id, row, -1)
+
+    async def _change(self, instance_id: str, row: Any, step: int) -> int:
+        partition = partition_key(instance_id)
         for _ in range(10):
             nonce = uuid.uuid4().hex
             count = await self._tables.retry(
                 "count an attempt",
-                functools.partial(self._count_once, partition, row, nonce),
+                functools.partial(self._count_once, partition, row, nonce, step),
                 write=True,
             )
             if count is not None:
@@ -63,9 +76,9 @@ class EpisodeAttempts:
             row = await self._tables.read_row(partition, ATTEMPTS_ROW)
         raise StoreConflictError(f"the attempt count of {instance_id} kept changing")
 
-    async def _count_once(self, partition: str, row: Any, nonce: str) -> int | None:
+    async def _count_once(self, partition: str, row: Any, nonce: str, step: int) -> int | None:
         """The new count; None if the row changed since it was read (read it again)."""
-        count = (int(row.get("Count", 0)) if row is not None else 0) + 1
+        count = max((int(row.get("Count", 0)) if row is not None else 0) + step, 0)
         new = {"PartitionKey": partition, "RowKey": ATTEMPTS_ROW, "Count": count, "N": nonce}
         table = self._tables.table
         try:

@@ -35,7 +35,7 @@ import asyncio
 import json
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from azure.core import MatchConditions
@@ -62,7 +62,12 @@ from durable_host.store.azure.codec import (
     pending_work,
     row_size,
 )
-from durable_host.store.azure.errors import AzureStoreError, StoreConflictError, is_transient
+from durable_host.store.azure.errors import (
+    AzureStoreError,
+    StoreConflictError,
+    WorkItemGoneError,
+    is_transient,
+)
 from durable_host.store.azure.index import HubIndex
 from durable_host.store.azure.rows import HubRows
 from durable_host.store.azure.tables import HubTables, Operation
@@ -85,8 +90,13 @@ class Commit:
     own_rows: list[dict[str, Any]]  # rows for this partition: work items, own messages
     remote_rows: list[dict[str, Any]]  # inbox rows for other partitions
     consumed: list[int]  # consumed inbox message ids
+    # Work items whose results this commit reports (``commit_step``): deleted in the commit
+    # transaction, which fails (nothing applied) if one is gone.
+    completed_work: list[str] = field(default_factory=list)
+    attempts: int = 0  # the attempts row after the commit (1: the next episode is counted)
     token: str = ""
     seq: int = 0
+    etag: str = ""  # the new head's, from the commit's response
 
 
 class CommitProtocol:
@@ -126,11 +136,15 @@ class CommitProtocol:
         self._finished.pop(partition, None)
 
     async def head_for_commit(self, partition: str) -> Head | None:
-        """The head to commit on top of (as fetched, or read now), its last commit settled."""
+        """The head to commit on top of, its last commit settled: as fetched, else as this
+        process last committed it (its ETag came back with the commit), else read now."""
         if partition in self._fetched_heads:
             head = self._fetched_heads.pop(partition)
         else:
-            head = await self._tables.read_head(partition)
+            known = self.fetched_records.get(partition)
+            head = known if known is not None and known.etag else None
+            if head is None:
+                head = await self._tables.read_head(partition)
         self._tables.check_epoch(head)
         await self.settle(partition, head)
         return head
@@ -161,6 +175,8 @@ class CommitProtocol:
             if ops is None:
                 ops = await self._stage_everything(commit)
             faults.hit("store.before_commit")  # crash point: staged, not committed
+            if commit.completed_work:
+                faults.hit("store.before_step_commit")
             await self.commit_point(commit, ops)
         self.index.touch(commit.partition)
         await self.after_commit(commit)
@@ -168,7 +184,8 @@ class CommitProtocol:
     async def _plan_one_transaction(self, commit: Commit) -> list[Operation] | None:
         """The commit as one transaction, with remote messages staged; None if too large."""
         new, head = commit.new_head, commit.head
-        if len(commit.events) + len(commit.own_rows) + len(commit.consumed) + 2 > BATCH_OPS:
+        operations = len(commit.events) + len(commit.own_rows) + len(commit.consumed)
+        if operations + len(commit.completed_work) + 2 > BATCH_OPS:
             return None  # too many operations whatever their size: do not build rows twice
         if commit.fresh_history or head is None:
             generation, base = new_generation(), 0
@@ -184,7 +201,7 @@ class CommitProtocol:
             ("delete", {"PartitionKey": commit.partition, "RowKey": inbox_row_key(i)})
             for i in commit.consumed
         ]
-        ops.append(reset_attempts(commit.partition))
+        ops += _final_operations(commit)
         size = sum(row_size(op[1]) for op in ops) + row_size(new)
         if len(ops) + 1 > BATCH_OPS or size > BATCH_BYTES:
             return None
@@ -226,7 +243,7 @@ class CommitProtocol:
             PostCommit.CONSUMED,
             "OldGen" in new and PostCommit.OLD_GENERATION,
         )
-        return [reset_attempts(commit.partition)]
+        return _final_operations(commit)
 
     async def _stage(self, commit: Commit, rows: list[dict[str, Any]]) -> None:
         """Mark rows with the commit and write them: own rows batched, others one by one."""
@@ -282,16 +299,19 @@ class CommitProtocol:
 
         async def attempt() -> None:
             try:
-                await self._tables.table.submit_transaction([first, *ops])
+                answers = await self._tables.table.submit_transaction([first, *ops])
             except HttpResponseError as exc:
                 if is_transient(exc):
                     raise
                 if await self._committed(commit):
                     return  # a retry of a commit whose first response was lost
+                if await self._work_gone(commit):
+                    raise WorkItemGoneError(commit.partition) from None
                 raise StoreConflictError(
                     f"instance {instance_id_of(commit.partition)} changed since it was read"
                     f" ({exc.status_code})"
                 ) from None
+            commit.etag = str(answers[0].get("etag") or "") if answers else ""
             self._tables.faults.hit("commit")
 
         try:
@@ -309,9 +329,20 @@ class CommitProtocol:
             return False
         return bool(row.get("Tok") == commit.token)
 
+    async def _work_gone(self, commit: Commit) -> bool:
+        """Is one of the work items a refused step commit deletes already gone?"""
+        for row_key in commit.completed_work:
+            try:
+                await self._tables.table.get_entity(commit.partition, row_key, select=["RowKey"])
+            except ResourceNotFoundError:
+                return True
+        return False
+
     async def after_commit(self, commit: Commit) -> None:
         """Do the commit's post-commit work now; the next commit does it if this fails."""
-        self.remember_record(commit.partition, Head.of(dict(commit.new_head), ""))
+        # With its ETag the head is also what the next commit is conditional on: a step
+        # whose fetch was skipped commits without reading it.
+        self.remember_record(commit.partition, Head.of(dict(commit.new_head), commit.etag))
         if commit.new_head.get("Pending"):
             head = Head.of(commit.new_head, "")
             try:
@@ -402,6 +433,18 @@ class CommitProtocol:
                 self._tables.delete_row(row["PartitionKey"], row["RowKey"], row.metadata["etag"])
             )
         return False
+
+
+def _final_operations(commit: Commit) -> list[Operation]:
+    """What the commit-point transaction carries besides the head in both shapes: the
+    attempts row and the deletion of the work items whose results the commit reports."""
+    return [
+        reset_attempts(commit.partition, commit.attempts),
+        *(
+            ("delete", {"PartitionKey": commit.partition, "RowKey": key})
+            for key in commit.completed_work
+        ),
+    ]
 
 
 def _live_targets(rows: list[dict[str, Any]]) -> set[str]:

@@ -7,6 +7,8 @@ the store: the public methods of ``AzureStore`` are wrapped in ``translate_azure
   engine retries the episode later).
 * ``StoreConflictError`` - another writer changed the instance since it was read.
 * ``HubLeaseLostError`` - this host no longer owns the task hub (a ``StoreLostError``).
+* ``WorkItemGoneError`` - a step's commit found a work item already completed; nothing
+  applied (internal: ``commit_step`` answers None).
 * ``RequestRejectedError`` - the service refused a request as malformed or too large
   (400, 413): the payload is at fault, not the storage, so it is *not* a ``StoreError``
   and counts towards poison like any failure of the work itself.
@@ -50,6 +52,11 @@ class StoreConflictError(AzureStoreError):
 
 class HubLeaseLostError(StoreLockedError, StoreLostError):
     """This host no longer owns the task hub; it must not write."""
+
+
+class WorkItemGoneError(Exception):
+    """A step's commit found one of its work items already completed (another run reported
+    it): nothing was applied. Not a failure of the storage; the store answers None."""
 
 
 class RequestRejectedError(Exception):

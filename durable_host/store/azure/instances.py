@@ -12,7 +12,10 @@ Each write here ends in one commit point (``CommitProtocol``) or one conditional
   the episode's commit is conditional on its ETag. A message is visible when its id is at
   least the head's floor, it is not listed in ``Consumed``, its ``VisibleAt`` has passed,
   and (staged) its sender committed it.
-* ``commit_episode`` / ``commit_entity`` turn what the core decided into a ``Commit``.
+* ``commit_episode`` / ``commit_entity`` turn what the core decided into a ``Commit``;
+  ``commit_step`` adds activity results the episode took: their work items are deleted
+  in the commit-point transaction (which fails, applying nothing, if one is gone), and a
+  result the episode left waiting becomes an own inbox row.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from azure.data.tables import UpdateMode
 from durable_host import faults
 from durable_host.records import (
     ActivityWork,
+    Completion,
     EntityCommit,
     Episode,
     InstanceRecord,
@@ -50,12 +54,14 @@ from durable_host.store.azure.codec import (
     new_generation,
     partition_key,
     pending_work,
+    work_row_key,
 )
 from durable_host.store.azure.commit import Commit, CommitProtocol
 from durable_host.store.azure.errors import (
     AzureStoreError,
     RequestRejectedError,
     StoreConflictError,
+    WorkItemGoneError,
     is_transient,
 )
 from durable_host.store.azure.index import timer_key
@@ -287,11 +293,27 @@ class Instances:
     # --- commits of what a core decided ------------------------------------------------
 
     async def commit_episode(
-        self, instance_id: str, episode: Episode, now: str
+        self, instance_id: str, episode: Episode, now: str, count_next: bool
     ) -> list[ActivityWork]:
+        created = await self.commit_step(instance_id, [], episode, now, count_next)
+        assert created is not None, "without completions a commit never finds work gone"
+        return created
+
+    async def commit_step(
+        self,
+        instance_id: str,
+        completions: list[Completion],
+        episode: Episode,
+        now: str,
+        count_next: bool,
+    ) -> list[ActivityWork] | None:
+        """The episode and the activity results it took (``completions``), in one commit
+        point; None (nothing applied) if a completion's work item is already gone."""
         partition = partition_key(instance_id)
         head = await self._commits.head_for_commit(partition)
         if head is None and not episode.replace_history:
+            if completions:
+                return None  # purged while its activity ran: the results have no instance
             # Messages for an instance that does not exist are dropped; nothing else changes.
             faults.hit("store.before_commit")
             await self._tables.delete_rows(partition, [inbox_row_key(i) for i in episode.consumed])
@@ -299,6 +321,9 @@ class Instances:
             return []
         new = await self._episode_head(partition, head, episode, now)
         created, own, remote = await self._outgoing_rows(partition, episode)
+        for completion in completions:
+            if not completion.consumed:  # held (e.g. suspended): it waits in the inbox
+                own.append((await self._rows.inbox_row(partition, completion.message))[1])
         commit = Commit(
             partition,
             head,
@@ -308,15 +333,21 @@ class Instances:
             own_rows=own,
             remote_rows=remote,
             consumed=list(episode.consumed),
+            completed_work=[work_row_key(c.work_id) for c in completions],
+            attempts=1 if count_next else 0,
         )
         # Handed before the commit point: a ``poll`` that ran between the commit and the
         # hand-over would claim the new work items and run them a second time.
         self._work.hand_over(created, partition)
         try:
             await self._commits.apply(commit)
+        except WorkItemGoneError:
+            self._work.take_back(created)
+            return None
         except BaseException:
             self._work.take_back(created)
             raise
+        self._work.settled([c.work_id for c in completions])
         await self._drop_consumed_timers(partition, episode.consumed)
         return created
 

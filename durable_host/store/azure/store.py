@@ -35,6 +35,7 @@ from azure.core.exceptions import AzureError
 from durable_host import azurite
 from durable_host.records import (
     ActivityWork,
+    Completion,
     EntityCommit,
     Episode,
     InstanceRecord,
@@ -58,6 +59,11 @@ from durable_host.store.azure.work import WorkItems
 log = logging.getLogger("durable_host.store.azure")
 # The SDK logs every request and response at INFO; the host's own log would drown in them.
 logging.getLogger("azure.core.pipeline.policies.http_logging_policy").setLevel(logging.WARNING)
+# A step's work-item deletions share the commit-point transaction (100 operations) with
+# the head, the attempts row and, in the one-transaction shape, a history row and an inbox
+# deletion or two per result: beyond about 45 results the commit would take the staged
+# shape, which rewrites the whole history.
+MAX_STEP_COMPLETIONS = 40
 
 
 class AzureStore:
@@ -187,11 +193,28 @@ class AzureStore:
     ) -> list[tuple[int, dict[str, Any]]]:
         return await self.instances.fetch_messages(instance_id, now, limit)
 
+    @property
+    def max_step_completions(self) -> int:
+        """Work-item deletions join the commit-point transaction (100 operations at most)."""
+        return MAX_STEP_COMPLETIONS
+
     @translate_azure_errors
     async def commit_episode(
-        self, instance_id: str, episode: Episode, now: str
+        self, instance_id: str, episode: Episode, now: str, *, count_next: bool = False
     ) -> list[ActivityWork]:
-        return await self.instances.commit_episode(instance_id, episode, now)
+        return await self.instances.commit_episode(instance_id, episode, now, count_next)
+
+    @translate_azure_errors
+    async def commit_step(
+        self,
+        instance_id: str,
+        completions: list[Completion],
+        episode: Episode,
+        now: str,
+        *,
+        count_next: bool = False,
+    ) -> list[ActivityWork] | None:
+        return await self.instances.commit_step(instance_id, completions, episode, now, count_next)
 
     @translate_azure_errors
     async def commit_entity(self, commit: EntityCommit) -> None:
@@ -201,6 +224,11 @@ class AzureStore:
     async def begin_attempt(self, instance_id: str) -> int:
         """Count one more attempt at the instance's next episode; committing resets it."""
         return await self.attempts.begin(instance_id)
+
+    @translate_azure_errors
+    async def release_attempt(self, instance_id: str) -> None:
+        """Undo one count: an attempt counted in advance that never began (a stop)."""
+        await self.attempts.release(instance_id)
 
     # --- activities ---------------------------------------------------------------------
 

@@ -66,6 +66,12 @@ class WorkItems:
             self._partition_of.pop(work.work_id, None)
             self.handed.discard(work.work_id)
 
+    def settled(self, work_ids: list[int]) -> None:
+        """Work items a step's commit completed (``commit_step``): no longer handed."""
+        for work_id in work_ids:
+            self._partition_of.pop(work_id, None)
+            self.handed.discard(work_id)
+
     def forget(self, partition: str) -> None:
         """Forget the work items of a purged instance."""
         for work_id in [w for w, p in self._partition_of.items() if p == partition]:

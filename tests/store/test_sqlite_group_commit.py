@@ -1,0 +1,56 @@
+"""SQLite group commit: writes queued together share one transaction and one fsync, and
+each still succeeds or fails on its own."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_host.config import NON_RUNNING
+from durable_host.store.base import InstanceExistsError
+from durable_host.store.sqlite import SqliteStore
+from tests.store.test_store_contract import T0, raised, record, start_message, started
+
+
+def run(tmp_path: Path, body: Any) -> None:
+    async def main() -> None:
+        store = SqliteStore(tmp_path / "hub.db")
+        await store.open()
+        try:
+            await body(store)
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_concurrent_writes_share_commits_and_each_fails_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    groups: list[int] = []
+    group = SqliteStore._group
+
+    def counted(self: SqliteStore, db: Any, batch: list[Any]) -> None:
+        groups.append(len(batch))
+        group(self, db, batch)
+
+    monkeypatch.setattr(SqliteStore, "_group", counted)
+
+    async def body(store: SqliteStore) -> None:
+        await started(store, "running")
+        writes = [store.send("inbox", raised(str(n)), T0) for n in range(40)]
+        writes.insert(20, store.create_instance(record("running"), start_message(), NON_RUNNING))
+        outcomes = await asyncio.gather(*writes, return_exceptions=True)
+
+        refused = [o for o in outcomes if isinstance(o, BaseException)]
+        assert len(refused) == 1 and isinstance(refused[0], InstanceExistsError)
+        sent = await store.fetch_messages("inbox", T0)
+        assert [m["event"]["Name"] for _, m in sent] == [str(n) for n in range(40)]
+        assert (await store.get_instance("running")).status == "Running"
+
+    run(tmp_path, body)
+    assert sum(groups) == 2 + 41  # the two writes of ``started``, then the gathered ones
+    assert max(groups) > 1  # writes queued behind a commit went into one transaction
