@@ -7,14 +7,26 @@ answer). For every submission it records the time from acceptance to completion 
 submission's own ``accepted_at`` / ``finished_at``, written by the session entity, so the
 client's polling does not count), and at each checkpoint (10, 100, 1,000, ... turns) it prints:
 
-* the median per-submission time of the last checkpoint window and ms per round (3 rounds);
+* the median per-submission time of the window since the previous checkpoint, and ms per
+  round (3 rounds per submission);
+* the same median for ``--control`` submissions of a **fresh** session, run right there on
+  the same host and hub: the long session at turn N against a session at turn 1 under the
+  same machine load and the same hub size. Equal medians mean the long session costs no
+  more than a new one, whatever the machine or the hub are doing;
 * the session entity's stored state size in bytes (the head: what every operation reads and
-  the host writes);
-* the host's entity batch p50 (``/admin/host/metrics``).
+  the host writes) and the host's entity batch p50 (``/admin/host/metrics``);
+* the host's steps per submission in the window (orchestration episodes, entity batches and
+  activity runs: each one commit) and, on Azure, its storage requests per submission - the
+  work a submission costs, independent of the machine's load;
+* on Azure, the rows of the hub table and the median time of a query of one empty
+  partition: Azurite evaluates every query against every row of the table it names, so that
+  time shows what the hub's size alone adds to each of the host's partition queries.
 
-At the end: the median of the first 50 and of the last 50 submissions and their ratio.
+At the end: the median of the first and of the last ``--window`` submissions of the long
+session and their ratio, and the fresh sessions' medians at the first and last checkpoint.
 
-Usage: ``python bench/session_scale.py [--store sqlite|azure] [--submissions 1000]``
+Usage: ``python bench/session_scale.py [--store sqlite|azure] [--submissions 1000]
+[--checkpoints 10,100,1000] [--control 5]``
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ import time
 import urllib.request
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -37,6 +50,8 @@ from durable_host.testing import HostProcess
 
 ROUNDS_PER_SUBMISSION = 3  # calculate, remember, answer
 SESSION = "scale"
+HUB = "SessionScale"
+STEPS = ("episodes", "entity_batches", "activity_runs")  # the host's commits
 
 
 def state_bytes(host: HostProcess, session: str) -> int:
@@ -46,14 +61,44 @@ def state_bytes(host: HostProcess, session: str) -> int:
     return len(json.dumps(body, separators=(",", ":")))
 
 
-def entity_batch_p50(host: HostProcess) -> float:
-    metrics = json.loads(urllib.request.urlopen(host.base_url + "/admin/host/metrics").read())
-    return float((metrics.get("entity_batch_ms") or {}).get("p50", float("nan")))
+def metrics(host: HostProcess) -> dict[str, Any]:
+    return dict(json.loads(urllib.request.urlopen(host.base_url + "/admin/host/metrics").read()))
 
 
 def seconds(start: str, end: str) -> float:
     parse = datetime.fromisoformat
     return (parse(end) - parse(start)).total_seconds()
+
+
+def one_submission(host: HostProcess, session: str, i: int) -> float:
+    """Milliseconds from acceptance to completion of submission ``i`` of ``session``."""
+    sub = submit(
+        host, session, f"calculate {i} * 2 and then remember n{i}: value {i}", request_id=f"r{i}"
+    )
+    final = wait_final(host, session, sub, timeout=300)
+    assert final["status"] == "completed", final
+    return seconds(final["accepted_at"], final["finished_at"]) * 1000
+
+
+class HubProbe:
+    """The hub table as Azurite holds it: its row count and the time of one partition query."""
+
+    def __init__(self, connection: str) -> None:
+        from azure.data.tables import TableServiceClient
+
+        service = TableServiceClient.from_connection_string(connection)
+        self.table = service.get_table_client(f"{HUB}HostState")
+
+    def rows(self) -> int:
+        return sum(1 for _ in self.table.query_entities("RowKey ne ''", select=["RowKey"]))
+
+    def partition_query_ms(self, repeat: int = 15) -> float:
+        times = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            list(self.table.query_entities("PartitionKey eq 'probe' and RowKey ge 'i'"))
+            times.append((time.perf_counter() - started) * 1000)
+        return statistics.median(times)
 
 
 def main() -> int:
@@ -62,6 +107,9 @@ def main() -> int:
     parser.add_argument("--submissions", type=int, default=1000)
     parser.add_argument("--checkpoints", default="10,100,1000")
     parser.add_argument("--window", type=int, default=50, help="first/last window size")
+    parser.add_argument(
+        "--control", type=int, default=5, help="fresh-session submissions per checkpoint (0: none)"
+    )
     args = parser.parse_args()
     checkpoints = sorted(
         {int(c) for c in args.checkpoints.split(",") if int(c) <= args.submissions}
@@ -69,46 +117,64 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-session-"))
     env = kernel_env(tmp)
     emulator = None
+    probe = None
     if args.store == "azure":
         from durable_host import azurite
 
         emulator = azurite.start(
             None, azurite.free_ports(3), in_memory=True, log=tmp / "azurite.log"
         )
-        env.update(AzureWebJobsStorage=emulator.connection_string, DURABLE_HOST_HUB="SessionScale")
+        env.update(AzureWebJobsStorage=emulator.connection_string, DURABLE_HOST_HUB=HUB)
         spec = "azure"
+        probe = HubProbe(emulator.connection_string)
     else:
         spec = f"sqlite:{tmp / 'bench.db'}"
     host = HostProcess(ROOT, spec, env=env).start()
     times: list[float] = []
-    print(
-        f"{'turns':>6} {'ms/submission':>14} {'ms/round':>9} {'state bytes':>12} "
-        f"{'entity batch p50 ms':>20}",
-        flush=True,
+    controls: list[tuple[int, float]] = []
+    header = (
+        f"{'turns':>6} {'ms/submission':>14} {'ms/round':>9} {'fresh session':>14} "
+        f"{'state bytes':>12} {'batch p50':>10} {'steps/sub':>10}"
     )
+    if probe is not None:
+        header += f" {'requests/sub':>13} {'hub rows':>9} {'query ms':>9}"
+    print(header, flush=True)
     try:
         started = time.perf_counter()
         last = 0
+        before = metrics(host)
         for i in range(1, args.submissions + 1):
-            sub = submit(
-                host,
-                SESSION,
-                f"calculate {i} * 2 and then remember n{i}: value {i}",
-                request_id=f"r{i}",
+            times.append(one_submission(host, SESSION, i))
+            if i not in checkpoints:
+                if i % 50 == 0:
+                    print(
+                        f"  ... {i} submissions, {time.perf_counter() - started:.0f} s", flush=True
+                    )
+                continue
+            now = metrics(host)
+            steps = sum(now.get(k, 0) - before.get(k, 0) for k in STEPS) / (i - last)
+            trips = (now.get("store_round_trips", 0) - before.get("store_round_trips", 0)) / (
+                i - last
             )
-            final = wait_final(host, SESSION, sub, timeout=300)
-            assert final["status"] == "completed", final
-            times.append(seconds(final["accepted_at"], final["finished_at"]) * 1000)
-            if i in checkpoints:
-                window = statistics.median(times[last:i])
-                print(
-                    f"{i:>6} {window:>14.1f} {window / ROUNDS_PER_SUBMISSION:>9.1f} "
-                    f"{state_bytes(host, SESSION):>12} {entity_batch_p50(host):>20.3f}",
-                    flush=True,
+            window = statistics.median(times[last:i])
+            fresh = float("nan")
+            if args.control:
+                session = f"fresh{i}"
+                fresh = statistics.median(
+                    one_submission(host, session, n) for n in range(1, args.control + 1)
                 )
-                last = i
-            elif i % 50 == 0:
-                print(f"  ... {i} submissions, {time.perf_counter() - started:.0f} s", flush=True)
+                controls.append((i, fresh))
+            line = (
+                f"{i:>6} {window:>14.1f} {window / ROUNDS_PER_SUBMISSION:>9.1f} {fresh:>14.1f} "
+                f"{state_bytes(host, SESSION):>12} "
+                f"{float((now.get('entity_batch_ms') or {}).get('p50', 'nan')):>10.2f} "
+                f"{steps:>10.1f}"
+            )
+            if probe is not None:
+                line += f" {trips:>13.0f} {probe.rows():>9} {probe.partition_query_ms():>9.2f}"
+            print(line, flush=True)
+            last = i
+            before = metrics(host)
         assert host.process is not None
         status = Path(f"/proc/{host.process.pid}/status").read_text()
         rss = int(status.split("VmHWM:")[1].split()[0]) / 1024
@@ -125,6 +191,13 @@ def main() -> int:
         f"median of the first {w}: {first:.1f} ms, of the last {w}: {last_:.1f} ms, "
         f"ratio {last_ / first:.2f}"
     )
+    if len(controls) >= 2:
+        (n0, f0), (n1, f1) = controls[0], controls[-1]
+        print(
+            f"fresh session (median of {args.control}): at turn {n0} {f0:.1f} ms, "
+            f"at turn {n1} {f1:.1f} ms; long session / fresh at turn {n1}: "
+            f"{statistics.median(times[-w:]) / f1:.2f}"
+        )
     return 0
 
 
