@@ -25,8 +25,12 @@ client's polling does not count), and at each checkpoint (10, 100, 1,000, ... tu
 At the end: the median of the first and of the last ``--window`` submissions of the long
 session and their ratio, and the fresh sessions' medians at the first and last checkpoint.
 
+``--purge-settled`` purges each submission's orchestrations (turn, run, rounds, tool tasks)
+once the next submission has finished, outside the timed span: the hub then holds the session
+and recent work only, which separates what the session costs from what a growing hub costs.
+
 Usage: ``python bench/session_scale.py [--store sqlite|azure] [--submissions 1000]
-[--checkpoints 10,100,1000] [--control 5]``
+[--checkpoints 10,100,1000] [--control 5] [--poll 0.25] [--purge-settled] [--times FILE]``
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from datetime import datetime
 from pathlib import Path
@@ -45,8 +50,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.kernel_client import kernel_env, submit, wait_final
-from durable_host.testing import HostProcess
+from bench.kernel_client import FINAL, kernel_env, submit
+from durable_host.testing import WEBHOOK, HostProcess, wait_for
 
 ROUNDS_PER_SUBMISSION = 3  # calculate, remember, answer
 SESSION = "scale"
@@ -70,14 +75,38 @@ def seconds(start: str, end: str) -> float:
     return (parse(end) - parse(start)).total_seconds()
 
 
-def one_submission(host: HostProcess, session: str, i: int) -> float:
-    """Milliseconds from acceptance to completion of submission ``i`` of ``session``."""
+def one_submission(host: HostProcess, session: str, i: int, poll: float) -> tuple[str, float]:
+    """Submission ``i`` of ``session``: its id and its milliseconds from acceptance to completion.
+
+    The time comes from the submission's own record, so ``poll`` (how often the client asks)
+    only sets the idle gap before the next submission - and how much of the host's work is
+    answering the client: every poll reads the session.
+    """
     sub = submit(
         host, session, f"calculate {i} * 2 and then remember n{i}: value {i}", request_id=f"r{i}"
     )
-    final = wait_final(host, session, sub, timeout=300)
-    assert final["status"] == "completed", final
-    return seconds(final["accepted_at"], final["finished_at"]) * 1000
+
+    def final() -> dict[str, Any] | None:
+        view = host.get(f"/api/sessions/{session}/submissions/{sub}").json() or {}
+        return view if view.get("status") in FINAL else None
+
+    view = wait_for(final, 300, f"submission {sub} to finish", interval=poll)
+    assert view["status"] == "completed", view
+    return sub, seconds(view["accepted_at"], view["finished_at"]) * 1000
+
+
+def purge_submission(host: HostProcess, session: str, sub: str) -> int:
+    """Purge the ended orchestrations of a settled submission (its turn, run, rounds and tool
+    tasks) through the management API, as a history-retention policy would: what stays in
+    the hub is the session entity and the orchestrations of recent submissions."""
+    purged = 0
+    for prefix in (f"{session}:turn:{sub}", f"{sub}:"):
+        query = urllib.parse.urlencode({"instanceIdPrefix": prefix, "showInput": "false"})
+        for status in host.get(f"{WEBHOOK}/instances?{query}").json() or []:
+            if status["runtimeStatus"] in ("Completed", "Failed", "Terminated"):
+                instance = urllib.parse.quote(status["instanceId"], safe="")
+                purged += host.request("DELETE", f"{WEBHOOK}/instances/{instance}").status == 200
+    return purged
 
 
 class HubProbe:
@@ -110,6 +139,13 @@ def main() -> int:
     parser.add_argument(
         "--control", type=int, default=5, help="fresh-session submissions per checkpoint (0: none)"
     )
+    parser.add_argument("--poll", type=float, default=0.25, help="seconds between status reads")
+    parser.add_argument(
+        "--purge-settled",
+        action="store_true",
+        help="purge each submission's orchestrations once the next one finished (retention)",
+    )
+    parser.add_argument("--times", type=Path, help="append each submission's ms to this file")
     args = parser.parse_args()
     checkpoints = sorted(
         {int(c) for c in args.checkpoints.split(",") if int(c) <= args.submissions}
@@ -143,8 +179,16 @@ def main() -> int:
         started = time.perf_counter()
         last = 0
         before = metrics(host)
+        previous = None
         for i in range(1, args.submissions + 1):
-            times.append(one_submission(host, SESSION, i))
+            sub, ms = one_submission(host, SESSION, i, args.poll)
+            times.append(ms)
+            if args.times is not None:
+                with args.times.open("a") as out:
+                    out.write(f"{ms:.1f}\n")
+            if args.purge_settled and previous is not None:
+                purge_submission(host, SESSION, previous)
+            previous = sub
             if i not in checkpoints:
                 if i % 50 == 0:
                     print(
@@ -161,7 +205,8 @@ def main() -> int:
             if args.control:
                 session = f"fresh{i}"
                 fresh = statistics.median(
-                    one_submission(host, session, n) for n in range(1, args.control + 1)
+                    one_submission(host, session, n, args.poll)[1]
+                    for n in range(1, args.control + 1)
                 )
                 controls.append((i, fresh))
             line = (
@@ -184,8 +229,10 @@ def main() -> int:
             emulator.stop()
     w = min(args.window, len(times) // 2) or 1
     first, last_ = statistics.median(times[:w]), statistics.median(times[-w:])
+    purged = ", orchestrations of settled submissions purged" if args.purge_settled else ""
     print(
-        f"\nstore {args.store}, {len(times)} submissions of one session; host peak RSS {rss:.0f} MiB"
+        f"\nstore {args.store}{purged}, {len(times)} submissions of one session; "
+        f"host peak RSS {rss:.0f} MiB"
     )
     print(
         f"median of the first {w}: {first:.1f} ms, of the last {w}: {last_:.1f} ms, "
