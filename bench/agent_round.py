@@ -44,6 +44,15 @@ def counters(host: HostProcess) -> dict[str, int]:
 
 HUB = "AgentRound"
 
+
+def three_ports() -> tuple[int, int, int]:
+    """Free ports for Azurite's blob, queue and table services."""
+    from durable_host import azurite
+
+    blob, queue, table = azurite.free_ports(3)
+    return blob, queue, table
+
+
 # (events, bytes) of the stored history of every instance whose id starts with one of the prefixes
 HistorySize = Callable[..., tuple[int, int]]
 
@@ -144,7 +153,7 @@ def main() -> int:
             from durable_host import azurite
 
             emulator = azurite.start(
-                None, azurite.free_ports(3), in_memory=True, log=Path(tmp) / "azurite.log"
+                None, three_ports(), in_memory=True, log=Path(tmp) / "azurite.log"
             )
             env.update(AzureWebJobsStorage=emulator.connection_string, DURABLE_HOST_HUB=HUB)
             history = azure_history(emulator.connection_string, HUB)

@@ -54,6 +54,16 @@ from bench.kernel_client import FINAL, kernel_env, submit
 from durable_host.testing import WEBHOOK, HostProcess, wait_for
 
 ROUNDS_PER_SUBMISSION = 3  # calculate, remember, answer
+
+
+def three_ports() -> tuple[int, int, int]:
+    """Free ports for Azurite's blob, queue and table services."""
+    from durable_host import azurite
+
+    blob, queue, table = azurite.free_ports(3)
+    return blob, queue, table
+
+
 SESSION = "scale"
 HUB = "SessionScale"
 STEPS = ("episodes", "entity_batches", "activity_runs")  # the host's commits
@@ -157,9 +167,7 @@ def main() -> int:
     if args.store == "azure":
         from durable_host import azurite
 
-        emulator = azurite.start(
-            None, azurite.free_ports(3), in_memory=True, log=tmp / "azurite.log"
-        )
+        emulator = azurite.start(None, three_ports(), in_memory=True, log=tmp / "azurite.log")
         env.update(AzureWebJobsStorage=emulator.connection_string, DURABLE_HOST_HUB=HUB)
         spec = "azure"
         probe = HubProbe(emulator.connection_string)
