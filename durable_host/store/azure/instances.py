@@ -450,3 +450,10 @@ class Instances:
             )
         )
         await self._drop_consumed_timers(partition, list(commit.consumed))
+        # The state is rewritten by every operation: once it lives in a blob, each commit
+        # writes a new one (names are never reused), so the replaced one goes now, or a
+        # bounded state would leave an unbounded trail of blobs behind it. Readers that
+        # still hold the old row read the head again (``HubRows.instance_record``).
+        replaced = head.row.get("EntityStateBlob") if head is not None else None
+        if replaced and replaced != new.get("EntityStateBlob"):
+            await self._tables.drop_blob(replaced)

@@ -11,6 +11,8 @@ import asyncio
 import json
 from typing import Any
 
+from azure.core.exceptions import ResourceNotFoundError
+
 from durable_host.records import ActivityWork, InstanceRecord
 from durable_host.store.azure.codec import (
     Head,
@@ -94,8 +96,22 @@ class HubRows:
         return row
 
     async def instance_record(self, partition: str, row: dict[str, Any]) -> InstanceRecord:
-        """The instance record a head row holds."""
-        texts = await asyncio.gather(*(self._tables.get_text(row, n) for n in _RECORD_TEXTS))
+        """The instance record a head row holds. A blob the row names may be gone because a
+        newer commit replaced the row and dropped the blob (an entity's state): then the
+        head is read again. (After a purge there is no head to read: the error stands.)"""
+        for _ in range(5):
+            try:
+                texts = await asyncio.gather(
+                    *(self._tables.get_text(row, n) for n in _RECORD_TEXTS)
+                )
+                break
+            except ResourceNotFoundError:
+                head = await self._tables.read_head(partition)
+                if head is None:
+                    raise
+                row = head.row
+        else:
+            raise StoreConflictError(f"instance {instance_id_of(partition)} kept changing")
         return InstanceRecord(
             instance_id=instance_id_of(partition),
             name=str(row.get("Name", "")),

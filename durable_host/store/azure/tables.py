@@ -348,6 +348,24 @@ class HubTables:
 
         return (await self.retry("download a payload", attempt, write=False)).decode()
 
+    async def drop_blob(self, name: str) -> bool:
+        """Delete one payload blob that no committed row names any more: one attempt, and
+        True unless it failed (already gone counts as done). Never raises for storage
+        errors: the caller has committed already, and a blob left behind is only garbage."""
+        try:
+            if self.lease is None:
+                return False
+            await self.lease.check()
+            async with self._in_flight:
+                self.faults.refuse("request")
+                await self.container.delete_blob(name)
+        except ResourceNotFoundError:
+            return True
+        except (AzureError, AzureStoreError) as exc:
+            log.info("payload blob %s left behind: %s", name, exc)
+            return False
+        return True
+
     async def delete_blobs(self, prefix: str) -> None:
         async def attempt() -> None:
             names = [b.name async for b in self.container.list_blobs(name_starts_with=prefix)]
