@@ -130,7 +130,7 @@ def fails(context: df.DurableOrchestrationContext):
 
 @app.orchestration_trigger(context_name="context")
 def approval(context: df.DurableOrchestrationContext):
-    deadline = context.current_utc_datetime + timedelta(seconds=30)
+    deadline = context.current_utc_datetime + timedelta(seconds=300)
     timer = context.create_timer(deadline)
     event = context.wait_for_external_event("approve")
     winner = yield context.task_any([event, timer])
