@@ -304,7 +304,7 @@ def main() -> int:
 async def step_costs(lengths: str, tmp: Path) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for steps in (int(n) for n in lengths.split(",")):
-        _, by_mode = await replay_cost.one_length(steps, 7, tmp)
+        _, by_mode = await replay_cost.one_length(steps, 7, tmp, list(replay_cost.MODES))
         out[str(steps)] = {mode: phases["total"] for mode, phases in by_mode.items()}
     return out
 
