@@ -174,16 +174,27 @@ class SqliteStore:
         except BaseException as exc:
             self._rollback(db, exc)
             raise
+        self._commit(db, nonce, operation)
+        self._after(operation)
+        return result
+
+    def _commit(self, db: sqlite3.Connection, nonce: int, what: str) -> None:
+        """COMMIT the open transaction stamped ``nonce``; a COMMIT that reports an error
+        but applied stands (the error alone does not tell: the file is asked)."""
         try:
             db.execute("COMMIT")
-            self._faults.after(operation)
         except sqlite3.Error as exc:
-            # The outcome of a failed COMMIT is not known from the error: ask the file.
             self._rollback(db, exc)
             if not self._owner.applied(db, nonce):
                 raise
+            log.warning("%s reported %r after it had applied; it stands", what, exc)
+
+    def _after(self, operation: str) -> None:
+        """The injected after-commit failure of ``operation``: its write applied, so it stands."""
+        try:
+            self._faults.after(operation)
+        except sqlite3.Error as exc:
             log.warning("%s reported %r after it had applied; it stands", operation, exc)
-        return result
 
     @staticmethod
     def _rollback(db: sqlite3.Connection, exc: BaseException) -> None:
@@ -254,19 +265,9 @@ class SqliteStore:
         except BaseException as exc:
             self._rollback(db, exc)
             raise
-        try:
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            # The outcome of a failed COMMIT is not known from the error: ask the file.
-            self._rollback(db, exc)
-            if not self._owner.applied(db, nonce):
-                raise
-            log.warning("a commit of %d writes reported %r after it had applied", len(applied), exc)
+        self._commit(db, nonce, f"a commit of {len(applied)} writes")
         for write, value in applied:
-            try:
-                self._faults.after(write.operation)
-            except sqlite3.Error as exc:
-                log.warning("%s reported %r after it had applied; it stands", write.operation, exc)
+            self._after(write.operation)
             write.settle(value)
 
     async def open(self) -> None:
