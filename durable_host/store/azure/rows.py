@@ -31,6 +31,11 @@ from durable_host.store.codec import decode_event
 _RECORD_TEXTS = ("Input", "Output", "CustomStatus", "EntityState")
 
 
+def _blobs(row: dict[str, Any]) -> list[Any]:
+    """The payload blobs a head row names for its record's texts."""
+    return [row.get(n + "Blob") for n in _RECORD_TEXTS]
+
+
 class HubRows:
     """Builds rows to write and decodes rows read (see the module docstring)."""
 
@@ -98,7 +103,8 @@ class HubRows:
     async def instance_record(self, partition: str, row: dict[str, Any]) -> InstanceRecord:
         """The instance record a head row holds. A blob the row names may be gone because a
         newer commit replaced the row and dropped the blob (an entity's state): then the
-        head is read again. (After a purge there is no head to read: the error stands.)"""
+        head is read again. The error stands when there is no head (a purge) or the head
+        names the same blobs (the blob is lost, not replaced: reading again cannot help)."""
         for _ in range(5):
             try:
                 texts = await asyncio.gather(
@@ -107,7 +113,7 @@ class HubRows:
                 break
             except ResourceNotFoundError:
                 head = await self._tables.read_head(partition)
-                if head is None:
+                if head is None or _blobs(head.row) == _blobs(row):
                     raise
                 row = head.row
         else:
