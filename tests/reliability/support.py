@@ -3,7 +3,7 @@ that dies under them, and the ledger oracle.
 
 A campaign never trusts the system under test to say what happened: expected outputs are
 computed here, and every run of an activity is read back from the ledger file the app's
-``effect`` activity appends to (``app/function_app.py``), outside the host.
+``effect`` activity appends to (``walk_app/function_app.py``), outside the host.
 """
 
 from __future__ import annotations

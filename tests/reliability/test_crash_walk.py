@@ -1,7 +1,7 @@
 """Campaign 1: a crash point walked across every storage call of each durable feature.
 
 For each scenario and kill point, run n = 1, 2, ...: a fresh host of the reliability app
-(``app/``) starts with ``DURABLE_HOST_FAULTS=point@n``, the test drives the scenario until the
+(``walk_app/``) starts with ``DURABLE_HOST_FAULTS=point@n``, the test drives the scenario until the
 host kills itself at the n-th pass, restarts it without faults, drives the scenario to its end
 and checks the outcome against an oracle computed here: the exact output, every effect in the
 ledger at least once, nothing unexpected, and at most one activity run again per kill (the

@@ -2,7 +2,7 @@
 
 One host serves the reliability app together with the agent kernel
 (``RELIABILITY_WITH_KERNEL=1``). While load keeps arriving - plain orchestrations of every
-feature (``app/``) and agent sessions whose turns send five notices through the real mail
+feature (``walk_app/``) and agent sessions whose turns send five notices through the real mail
 service, plus a calculation - the host is killed with SIGKILL every 1-20 s (quick: 1-4 s) and
 restarted at once. Then the kills stop, everything is driven to its end, and the outcome is
 checked against oracles outside the system under test:
