@@ -41,6 +41,7 @@ from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
+from durable_host.store.azure.codec import BATCH_OPS, chunks
 from durable_host.store.azure.errors import status_of
 from durable_host.store.azure.tables import HubTables
 
@@ -123,7 +124,7 @@ class HubIndex:
             )
             for r in timer_rows
         ]
-        for chunk in _chunks(timer_ops, 100):  # one partition: 100 rows per transaction
+        for chunk in chunks(timer_ops, BATCH_OPS):  # one partition: one transaction per chunk
             await self._tables.retry(
                 "write timer hints",
                 functools.partial(self._tables.index.submit_transaction, chunk),
@@ -169,7 +170,7 @@ class HubIndex:
 
     async def drop_timers(self, keys: list[str]) -> None:
         """Delete timer hints whose messages were consumed (idempotent)."""
-        for chunk in _chunks(sorted(set(keys)), 100):
+        for chunk in chunks(sorted(set(keys)), BATCH_OPS):
             ops = [("delete", {"PartitionKey": TIMERS, "RowKey": k}) for k in chunk]
             try:
                 await self._tables.retry(
@@ -274,7 +275,3 @@ class HubIndex:
                     raise
 
         await self._tables.retry("drop a hint", attempt, write=True)
-
-
-def _chunks(items: list[Any], size: int) -> list[list[Any]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
