@@ -31,6 +31,7 @@ import time
 import urllib.request
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -68,7 +69,7 @@ def step_times(host: HostProcess, instance_id: str, event_type: str) -> list[flo
 
 
 def run_to_completion(
-    host: HostProcess, name: str, body: dict, timeout: float = 600
+    host: HostProcess, name: str, body: dict[str, Any], timeout: float = 600
 ) -> tuple[str, float]:
     started = time.perf_counter()
     instance = host.start_orchestration(name, body)
@@ -91,7 +92,7 @@ def azurite_round_trip_ms(connection: str, count: int = 200) -> float:
     return statistics.median(times)
 
 
-def metrics(host: HostProcess) -> dict:
+def metrics(host: HostProcess) -> dict[str, Any]:
     return json.loads(urllib.request.urlopen(host.base_url + "/admin/host/metrics").read())
 
 
@@ -115,8 +116,9 @@ def main() -> None:
     if args.store == "azure":
         from durable_host import azurite
 
+        blob, queue, table = azurite.free_ports(3)
         emulator = azurite.start(
-            None, azurite.free_ports(3), in_memory=True, log=tmp / "azurite.log"
+            None, (blob, queue, table), in_memory=True, log=tmp / "azurite.log"
         )
         os.environ["AzureWebJobsStorage"] = emulator.connection_string
         unit_ms = azurite_round_trip_ms(emulator.connection_string)
@@ -130,6 +132,7 @@ def main() -> None:
     try:
         orchestrations(host, args, unit_ms)
         entities(host, args, unit_ms)
+        assert host.process is not None  # started above
         rss = Path(f"/proc/{host.process.pid}/status").read_text().split("VmHWM:")[1].split()[0]
         print(f"\nhost peak RSS: {int(rss) / 1024:.1f} MiB")
     finally:

@@ -175,7 +175,8 @@ def main() -> int:
             if not connection:
                 from durable_host import azurite
 
-                emulator = azurite.start(None, azurite.free_ports(3), in_memory=True)
+                blob, queue, table = azurite.free_ports(3)
+                emulator = azurite.start(None, (blob, queue, table), in_memory=True)
                 connection = emulator.connection_string
             spec = ("blob", connection, f"race-{uuid.uuid4().hex[:12]}")
         try:

@@ -45,16 +45,19 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-import host_bench
-import replay_cost
-
+from bench import host_bench, replay_cost
 from durable_host.testing import WEBHOOK, HostProcess, wait_for
 
 BENCH_VENV = ROOT / ".venv-bench"
-FULL = {"chain": 200, "fan_out": 1000, "many": 500, "calls": 100, "lengths": "10,100,1000"}
-QUICK = {"chain": 30, "fan_out": 100, "many": 30, "calls": 20, "lengths": "10,100"}
+FULL: dict[str, Any] = {
+    "chain": 200,
+    "fan_out": 1000,
+    "many": 500,
+    "calls": 100,
+    "lengths": "10,100,1000",
+}
+QUICK: dict[str, Any] = {"chain": 30, "fan_out": 100, "many": 30, "calls": 20, "lengths": "10,100"}
 
 
 def stamp(text: str) -> float:
@@ -113,6 +116,7 @@ def crash_to_resume(spec: str, env: dict[str, str], steps: int) -> dict[str, flo
         return len(done) >= steps // 3
 
     wait_for(progressed, 120, "a third of the chain", 0.02)
+    assert host.process is not None  # started above
     host.process.send_signal(signal.SIGKILL)
     host.process.wait(10)
     killed = time.time()
@@ -138,8 +142,7 @@ def _completed_after(host: HostProcess, instance: str, moment: float) -> float |
 
 
 def agent_round_ms(tmp: Path) -> float:
-    import agent_round
-
+    from bench import agent_round
     from tests.app.turn_support import turn_env
 
     db = tmp / "agent.db"
@@ -174,6 +177,16 @@ def bench_python() -> Path:
             check=True,
         )
     return python
+
+
+def host_contestant(host: HostProcess, size: dict[str, Any]) -> Callable[[int], dict[str, float]]:
+    return lambda rep: host_round(host, size)
+
+
+def dbos_contestant(
+    python: Path, journal: str, tmp: Path, size: dict[str, Any]
+) -> Callable[[int], dict[str, float]]:
+    return lambda rep: dbos_round(python, journal, tmp, size, rep)
 
 
 def dbos_round(
@@ -245,8 +258,9 @@ def main() -> int:
     if not args.no_azure:
         from durable_host import azurite
 
+        blob, queue, table = azurite.free_ports(3)
         emulator = azurite.start(
-            None, azurite.free_ports(3), in_memory=True, log=tmp / "azurite.log"
+            None, (blob, queue, table), in_memory=True, log=tmp / "azurite.log"
         )
         os.environ["AzureWebJobsStorage"] = emulator.connection_string
         floors["azurite_round_trip_ms"] = host_bench.azurite_round_trip_ms(
@@ -256,12 +270,10 @@ def main() -> int:
     for name, host in hosts.items():
         host.start()
         host_round(host, QUICK)  # warm: imports, statements, the first episodes
-        contestants[name] = lambda rep, host=host: host_round(host, size)
+        contestants[name] = host_contestant(host, size)
     floors["loopback_http_ms"] = loopback_ms(hosts["ours_sqlite"])
     for journal in ("delete", "wal"):
-        contestants[f"dbos_{journal}"] = lambda rep, journal=journal: dbos_round(
-            python, journal, tmp, size, rep
-        )
+        contestants[f"dbos_{journal}"] = dbos_contestant(python, journal, tmp, size)
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in contestants}
     names = list(contestants)
     try:

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -37,7 +38,7 @@ def memory_kib(host: HostProcess) -> dict[str, int]:
     return values
 
 
-def settled(host: HostProcess, episodes: int) -> dict:
+def settled(host: HostProcess, episodes: int) -> dict[str, Any]:
     metrics = host.get("/admin/host/metrics").json()
     return metrics if metrics["episodes"] >= episodes and metrics["ready"] == 0 else {}
 

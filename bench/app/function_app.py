@@ -1,6 +1,8 @@
 """The workloads measured by the benchmarks in bench/."""
 
+from collections.abc import Generator
 from datetime import timedelta
+from typing import Any
 
 import azure.durable_functions as df
 import azure.functions as func
@@ -14,7 +16,7 @@ def noop(n: int) -> int:
 
 
 @app.orchestration_trigger(context_name="context")
-def chain(context: df.DurableOrchestrationContext):
+def chain(context: df.DurableOrchestrationContext) -> Generator[Any, Any, Any]:
     steps = int(context.get_input()["steps"])
     for i in range(steps):
         yield context.call_activity("noop", i)
@@ -22,14 +24,14 @@ def chain(context: df.DurableOrchestrationContext):
 
 
 @app.orchestration_trigger(context_name="context")
-def fan_out(context: df.DurableOrchestrationContext):
+def fan_out(context: df.DurableOrchestrationContext) -> Generator[Any, Any, Any]:
     count = int(context.get_input()["count"])
     results = yield context.task_all([context.call_activity("noop", i) for i in range(count)])
     return len(results)
 
 
 @app.orchestration_trigger(context_name="context")
-def entity_calls(context: df.DurableOrchestrationContext):
+def entity_calls(context: df.DurableOrchestrationContext) -> Generator[Any, Any, Any]:
     spec = context.get_input()
     entity = df.EntityId("counter", spec["key"])
     for _ in range(int(spec["calls"])):
@@ -38,7 +40,7 @@ def entity_calls(context: df.DurableOrchestrationContext):
 
 
 @app.orchestration_trigger(context_name="context")
-def sleeper(context: df.DurableOrchestrationContext):
+def sleeper(context: df.DurableOrchestrationContext) -> Generator[Any, Any, Any]:
     """Sleeps on one durable timer for ``seconds``."""
     seconds = float(context.get_input()["seconds"])
     yield context.create_timer(context.current_utc_datetime + timedelta(seconds=seconds))
@@ -46,14 +48,14 @@ def sleeper(context: df.DurableOrchestrationContext):
 
 
 @app.entity_trigger(context_name="context")
-def counter(context: df.DurableEntityContext):
+def counter(context: df.DurableEntityContext) -> None:
     value = context.get_state(lambda: 0) + (context.get_input() or 0)
     context.set_state(value)
     context.set_result(value)
 
 
 @app.orchestration_trigger(context_name="context")
-def waiter(context: df.DurableOrchestrationContext):
+def waiter(context: df.DurableOrchestrationContext) -> Generator[Any, Any, Any]:
     """Waits for the external event ``go`` and returns its payload."""
     payload = yield context.wait_for_external_event("go")
     return payload

@@ -14,7 +14,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 from aiohttp import web
 
 from durable_host.pytest_plugin import DurableHost
+from tests.examples.support import LoopbackServer
 from tests.harness import ROOT
 
 APP = ROOT / "examples" / "agent_framework"
@@ -60,47 +60,23 @@ def pypi_answers() -> bool:
     return probe.returncode == 0
 
 
-class ModelServer:
+class ModelServer(LoopbackServer):
     """An OpenAI chat completions API, streamed. Offered tools and no tool result yet, it calls
     the first tool with ``{"text": <last message>}``; otherwise it answers "<first word of the
     system message> <last message>". ``hold_from(n)``: request n and later ones wait until
     ``release`` is set (the test kills the host meanwhile)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.requests: list[dict[str, Any]] = []
-        self.release = threading.Event()
-        self.release.set()
         self.held_from = 0
-        self.loop = asyncio.new_event_loop()
-        self.base_url = ""
 
-    def start(self) -> ModelServer:
-        ready = threading.Event()
-        threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
-        assert ready.wait(10)
-        return self
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/chat/completions", self._chat)
 
     def hold_from(self, number: int) -> None:
         self.held_from = number
         self.release.clear()
-
-    def _serve(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._chat)
-        self.runner = web.AppRunner(app)
-        self.loop.run_until_complete(self.runner.setup())
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        self.loop.run_until_complete(site.start())
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        ready.set()
-        self.loop.run_forever()
-
-    def stop(self) -> None:
-        self.release.set()
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

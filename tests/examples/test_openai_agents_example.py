@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from tests.examples.support import LoopbackServer
 from tests.harness import ROOT
 
 pytest.importorskip(
@@ -30,45 +31,21 @@ ANSWER = {
 }
 
 
-class ModelServer:
+class ModelServer(LoopbackServer):
     """An OpenAI Responses API answering "<first word of the instructions> <last input>".
     ``hold()``: the next request waits until released (the test kills the host meanwhile)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.requests: list[list[dict[str, Any]]] = []
         self.arrived = threading.Event()
-        self.release = threading.Event()
-        self.release.set()
-        self.loop = asyncio.new_event_loop()
-        self.base_url = ""
 
-    def start(self) -> ModelServer:
-        ready = threading.Event()
-        threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
-        assert ready.wait(10)
-        return self
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/responses", self._responses)
 
     def hold(self) -> None:
         self.arrived.clear()
         self.release.clear()
-
-    def _serve(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-        app = web.Application()
-        app.router.add_post("/v1/responses", self._responses)
-        self.runner = web.AppRunner(app)
-        self.loop.run_until_complete(self.runner.setup())
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        self.loop.run_until_complete(site.start())
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        ready.set()
-        self.loop.run_forever()
-
-    def stop(self) -> None:
-        self.release.set()
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
 
     async def _responses(self, request: web.Request) -> web.Response:
         body = await request.json()
