@@ -27,6 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
+from adapters.model_background import entries_from_messages
 from kernel import planner
 from tests.harness import ROOT, HostProcess, store_spec_for, wait_for
 
@@ -123,7 +124,7 @@ class ModelServer:
 
 
 def _completion(messages: list[dict[str, Any]], spec: dict[str, Any], model: str) -> dict[str, Any]:
-    response = planner.plan(_entries(messages))
+    response = planner.plan(entries_from_messages(messages))
     calls = spec.get("tool_calls", [c.to_openai() for c in response.tool_calls])
     usage = {**response.usage.to_dict(), **spec.get("usage", {})}
     usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
@@ -140,19 +141,6 @@ def _completion(messages: list[dict[str, Any]], spec: dict[str, Any], model: str
         ],
         "usage": usage,
     }
-
-
-def _entries(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Chat messages back into the session entries the planner reads."""
-    entries = []
-    for n, message in enumerate(messages, start=1):
-        data: dict[str, Any] = {}
-        if message.get("tool_call_id"):
-            data["tool_call_id"] = message["tool_call_id"]
-        entries.append(
-            {"n": n, "role": message["role"], "text": message.get("content"), "data": data}
-        )
-    return entries
 
 
 # --- hosts and turns ------------------------------------------------------------------------
