@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from aiohttp import web
 
@@ -44,29 +44,59 @@ class Held:
         self.released.set()
 
 
-class ModelServer:
+class LoopbackServer:
+    """An aiohttp app on 127.0.0.1, served from a thread of the test process (``base_url`` once
+    started); subclasses add their routes and let their held requests go on ``stop``."""
+
     def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.script: Script | None = None
-        self._holds: list[Held] = []
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self.base_url = ""
 
-    def start(self) -> ModelServer:
+    def start(self) -> Self:
         ready = threading.Event()
         threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
         if not ready.wait(10):
-            raise RuntimeError("model server did not start")
+            raise RuntimeError(f"{type(self).__name__} did not start")
         return self
 
     def stop(self) -> None:
-        for held in self._holds:
-            held.release()
+        self._release()
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
+
+    def _routes(self, app: web.Application) -> None:
+        raise NotImplementedError
+
+    def _release(self) -> None:
+        """Let every held request go (a held handler would keep the loop from stopping)."""
+
+    def _serve(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        self._routes(app)
+        self._runner = web.AppRunner(app)
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        ready.set()
+        self._loop.run_forever()
+
+
+class ModelServer(LoopbackServer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[dict[str, Any]] = []
+        self.script: Script | None = None
+        self._holds: list[Held] = []
+
+    def _release(self) -> None:
+        for held in self._holds:
+            held.release()
 
     def hold(self) -> Held:
         held = Held()
@@ -82,18 +112,8 @@ class ModelServer:
             counts[length] = counts.get(length, 0) + 1
         return counts
 
-    def _serve(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self._loop)
-        app = web.Application()
+    def _routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._completions)
-        self._runner = web.AppRunner(app)
-        self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        self._loop.run_until_complete(site.start())
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        ready.set()
-        self._loop.run_forever()
 
     async def _completions(self, request: web.Request) -> web.Response:
         body = await request.json()
