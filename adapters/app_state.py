@@ -32,6 +32,7 @@ import os
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar
 
@@ -152,6 +153,35 @@ def retry_transient(call: Callable[[], T]) -> T:
     for attempt in range(RETRY_ATTEMPTS):
         try:
             return call()
+        except Exception as exc:
+            if not is_transient(exc) or attempt == RETRY_ATTEMPTS - 1:
+                raise
+            backoff(attempt)
+    raise AssertionError("unreachable")
+
+
+def create_once(blob: Any, body: str) -> bool:
+    """Upload ``body`` to ``blob`` only if it is absent: True when this call created it.
+
+    Transient failures are retried. A conflict on a retry may be an earlier try of ours whose
+    answer was lost, so each call stores a token of its own in the blob's metadata and a
+    conflict after a retry re-reads it: ours means created, another means someone else was first.
+    """
+    from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
+
+    token = uuid.uuid4().hex
+    for attempt in range(RETRY_ATTEMPTS):
+        try:
+            blob.upload_blob(body, overwrite=False, metadata={"write": token})
+            return True
+        except ResourceExistsError:
+            if attempt == 0:
+                return False
+            try:
+                stored = retry_transient(blob.get_blob_properties)
+            except ResourceNotFoundError:
+                return False  # created by another and deleted since: not ours either way
+            return bool((stored.metadata or {}).get("write") == token)
         except Exception as exc:
             if not is_transient(exc) or attempt == RETRY_ATTEMPTS - 1:
                 raise

@@ -269,27 +269,9 @@ class BlobAttemptLedger:
         return self._clock()
 
     def create(self, key: str, owner: str, lease_s: float) -> bool:
-        from azure.core.exceptions import ResourceExistsError
-
         now = self._clock()
         body = json.dumps(asdict(AttemptRecord(key, owner, now, now + lease_s, now)))
-        token = uuid.uuid4().hex
-        blob = self._blob(key)
-        for attempt in range(app_state.RETRY_ATTEMPTS):
-            try:
-                blob.upload_blob(body, overwrite=False, metadata={"write": token})
-                return True
-            except ResourceExistsError:
-                if attempt == 0:
-                    return False
-                # An earlier try may have been applied and its answer lost: was it ours?
-                stored = self._fetch(key)
-                return stored is not None and stored.token == token
-            except Exception as exc:
-                if not app_state.is_transient(exc) or attempt == app_state.RETRY_ATTEMPTS - 1:
-                    raise
-                app_state.backoff(attempt)
-        raise AssertionError("unreachable")
+        return app_state.create_once(self._blob(key), body)
 
     def read(self, key: str) -> AttemptRecord | None:
         stored = self._fetch(key)

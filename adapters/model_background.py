@@ -42,7 +42,7 @@ from typing import Any, Literal, Protocol
 import openai
 
 from adapters.content_store import ContentNotFound, ContentStore
-from adapters.model_provider import ProviderConfig, failure_from_status
+from adapters.model_provider import ProviderConfig, failure_from_status, tool_arguments
 from kernel import planner
 from kernel.model_io import (
     FailureKind,
@@ -166,7 +166,7 @@ def response_from_body(body: Mapping[str, Any], default_model: str) -> ModelResp
                 ToolCall(
                     id=str(item.get("call_id") or item.get("id")),
                     name=str(item["name"]),
-                    arguments=_arguments(item.get("arguments")),
+                    arguments=tool_arguments(item.get("arguments")),
                 )
             )
     usage = body.get("usage") or {}
@@ -220,15 +220,6 @@ def polled_from_error(status: int, headers: Mapping[str, str], message: str) -> 
 
 def _failed(message: str) -> Polled:
     return Polled("failed", failure=ModelFailure(kind="fatal", message=message[:1000]))
-
-
-def _arguments(raw: object) -> JsonObject:
-    # Arguments that are not a JSON object reach the tool's validation, which tells the model.
-    try:
-        value = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
-    except ValueError:
-        return {"unparsed_arguments": str(raw)[:2000]}
-    return value if isinstance(value, dict) else {"unparsed_arguments": str(raw)[:2000]}
 
 
 # --- IO: the Responses API --------------------------------------------------------------------

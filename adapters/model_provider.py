@@ -241,7 +241,7 @@ def response_from_openai(reply: Mapping[str, Any], default_model: str) -> ModelR
         ToolCall(
             id=call["id"],
             name=call["function"]["name"],
-            arguments=_arguments(call["function"].get("arguments")),
+            arguments=tool_arguments(call["function"].get("arguments")),
         )
         for call in message.get("tool_calls") or ()
     )
@@ -255,7 +255,8 @@ def response_from_openai(reply: Mapping[str, Any], default_model: str) -> ModelR
     )
 
 
-def _arguments(raw: object) -> JsonObject:
+def tool_arguments(raw: object) -> JsonObject:
+    """A tool call's arguments as a JSON object, whatever the model sent."""
     # A model may send arguments that are not a JSON object; the tool's validation reports it
     # to the model instead of the turn failing here.
     try:

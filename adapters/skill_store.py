@@ -112,27 +112,9 @@ class BlobSkillStore:
         self._container = container
 
     def create(self, record: dict[str, Any]) -> bool:
-        from azure.core.exceptions import ResourceExistsError
-
         name = skills.valid_name(record["name"])
         blob = self._container.get_blob_client(f"{name}/{_file_name(int(record['version']))}")
-        body = json.dumps(record, sort_keys=True)
-        token = uuid.uuid4().hex
-        for attempt in range(app_state.RETRY_ATTEMPTS):
-            try:
-                blob.upload_blob(body, overwrite=False, metadata={"write": token})
-                return True
-            except ResourceExistsError:
-                if attempt == 0:
-                    return False
-                # An earlier try may have been stored and its answer lost: is it ours?
-                stored = app_state.retry_transient(blob.get_blob_properties)
-                return bool((stored.metadata or {}).get("write") == token)
-            except Exception as exc:
-                if not app_state.is_transient(exc) or attempt == app_state.RETRY_ATTEMPTS - 1:
-                    raise
-                app_state.backoff(attempt)
-        raise AssertionError("unreachable")
+        return app_state.create_once(blob, json.dumps(record, sort_keys=True))
 
     def read(self, name: str, version: int) -> dict[str, Any] | None:
         from azure.core.exceptions import ResourceNotFoundError

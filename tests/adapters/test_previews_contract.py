@@ -139,13 +139,18 @@ def test_a_rerun_continues_the_sequence_and_a_clear_deletes() -> None:
 def test_a_failing_store_never_fails_the_producer() -> None:
     class Broken(MemoryStore):
         def put(self, record: dict[str, Any]) -> None:
+            self.puts.append(record)
             raise OSError("disk full")
 
-    async def scenario() -> int:
-        w = writer(Broken())
+    async def scenario() -> tuple[int, int]:
+        store = Broken()
+        w = writer(store)
         w.update("text")
-        await asyncio.sleep(0.05)
+        for _ in range(100):  # bounded: until the write was tried (a signal, not a set pause)
+            if store.puts:
+                break
+            await asyncio.sleep(0.01)
         await w.aclose(clear=True)
-        return w.writes
+        return len(store.puts), w.writes
 
-    assert asyncio.run(scenario()) == 1
+    assert asyncio.run(scenario()) == (1, 1)

@@ -18,7 +18,6 @@ Every call is recorded (``submits``, ``polls``, ``cancels``), so tests count the
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import threading
@@ -28,6 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from kernel import planner
+from tests.app.turn_support import LoopbackServer
 
 DEFAULT_STATUSES = ("queued", "in_progress", "completed")
 
@@ -49,8 +49,9 @@ class Request:
     status: str = "queued"
 
 
-class ResponsesServer:
+class ResponsesServer(LoopbackServer):
     def __init__(self) -> None:
+        super().__init__()
         self.submits: list[dict[str, Any]] = []
         self.polls: list[str] = []
         self.cancels: list[str] = []
@@ -59,24 +60,10 @@ class ResponsesServer:
         self.held: Hold | None = None
         self._known: dict[str, Request] = {}
         self._ids = itertools.count(1)
-        self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._runner: web.AppRunner | None = None
-        self.base_url = ""
 
-    def start(self) -> ResponsesServer:
-        ready = threading.Event()
-        threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
-        if not ready.wait(10):
-            raise RuntimeError("responses server did not start")
-        return self
-
-    def stop(self) -> None:
+    def _release(self) -> None:
         if self.held is not None:
             self.held.release()
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
 
     def reset(self) -> None:
         with self._lock:
@@ -96,20 +83,10 @@ class ResponsesServer:
             s for s in self.submits if any(i.get("content") == text for i in s["body"]["input"])
         ]
 
-    def _serve(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self._loop)
-        app = web.Application()
+    def _routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self._create)
         app.router.add_get("/v1/responses/{id}", self._retrieve)
         app.router.add_post("/v1/responses/{id}/cancel", self._cancel)
-        self._runner = web.AppRunner(app)
-        self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        self._loop.run_until_complete(site.start())
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        ready.set()
-        self._loop.run_forever()
 
     async def _create(self, request: web.Request) -> web.Response:
         body = await request.json()

@@ -47,12 +47,11 @@ WORDS = re.findall(r"\s*\S+", ANSWER)
 
 class StreamingModelServer(ModelServer):
     """``ModelServer`` that streams when asked to; ``gates``: one ``{after_chunk: Held}`` per
-    coming streamed request (popped in order); ``pause``: seconds between text chunks."""
+    coming streamed request (popped in order)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.gates: list[dict[int, Held]] = []
-        self.pause = 0.0
         self.streamed = 0
 
     def stop(self) -> None:
@@ -80,8 +79,6 @@ class StreamingModelServer(ModelServer):
             if held is not None:
                 held.arrived.set()
                 await asyncio.to_thread(held.released.wait, 60)
-            elif self.pause:
-                await asyncio.sleep(self.pause)
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
@@ -209,7 +206,8 @@ def test_streamed_text_grows_as_a_preview_then_the_entry_replaces_it(make_host, 
 
 def test_the_entry_and_its_preview_never_show_together(make_host, model):
     host = make_host()
-    model.pause = 0.01
+    plan, (held,) = gates(3)
+    model.gates.append(plan)
     sub = submit(host, "apart", TEXT)
     seen: list[tuple[bool, str | None]] = []
 
@@ -220,9 +218,14 @@ def test_the_entry_and_its_preview_never_show_together(make_host, model):
         seen.append((committed, model_text(page)))
         return committed
 
+    assert held.arrived.wait(30)
+    wait_preview(host, "apart", "".join(WORDS[:3]))
+    probe()  # held mid-stream: the preview shows and the entry does not
+    held.release()
     wait_for(probe, 30, "the answer entry", interval=0.005)
     wait_final(host, "apart", sub)
 
+    assert seen[0] == (False, "".join(WORDS[:3]))
     assert all(text is None for committed, text in seen if committed)
 
 
@@ -291,12 +294,19 @@ def entity_state(host: HostProcess, session: str) -> Any:
 
 
 def test_history_and_session_are_the_same_with_streaming_on_and_off(make_host, model):
-    model.pause = 0.005
     text = f"calculate 2+3 and then {TEXT}"
     runs = {}
     for previews in (True, False):
         host = make_host("on" if previews else "off", previews=previews)
+        plan, (held,) = gates(2)
+        if previews:
+            model.gates += [{}, plan]  # the tool round streams through, the answer holds
         sub = submit(host, "same", text)
+        if previews:
+            # A preview was written mid-answer, so the comparison covers a streamed round.
+            assert held.arrived.wait(30)
+            wait_for(lambda h=host: model_text(changes(h, "same")), 30, "a preview of the answer")
+            held.release()
         assert wait_final(host, "same", sub)["status"] == "completed"
         runs[previews] = (histories(host, "same", sub), entity_state(host, "same"))
         host.kill()

@@ -23,10 +23,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from aiohttp import web
 
+from adapters.model_background import entries_from_messages
 from kernel import planner
 from tests.harness import ROOT, HostProcess, store_spec_for, wait_for
 
@@ -43,29 +44,59 @@ class Held:
         self.released.set()
 
 
-class ModelServer:
+class LoopbackServer:
+    """An aiohttp app on 127.0.0.1, served from a thread of the test process (``base_url`` once
+    started); subclasses add their routes and let their held requests go on ``stop``."""
+
     def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.script: Script | None = None
-        self._holds: list[Held] = []
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self.base_url = ""
 
-    def start(self) -> ModelServer:
+    def start(self) -> Self:
         ready = threading.Event()
         threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
         if not ready.wait(10):
-            raise RuntimeError("model server did not start")
+            raise RuntimeError(f"{type(self).__name__} did not start")
         return self
 
     def stop(self) -> None:
-        for held in self._holds:
-            held.release()
+        self._release()
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
+
+    def _routes(self, app: web.Application) -> None:
+        raise NotImplementedError
+
+    def _release(self) -> None:
+        """Let every held request go (a held handler would keep the loop from stopping)."""
+
+    def _serve(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        self._routes(app)
+        self._runner = web.AppRunner(app)
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        ready.set()
+        self._loop.run_forever()
+
+
+class ModelServer(LoopbackServer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[dict[str, Any]] = []
+        self.script: Script | None = None
+        self._holds: list[Held] = []
+
+    def _release(self) -> None:
+        for held in self._holds:
+            held.release()
 
     def hold(self) -> Held:
         held = Held()
@@ -81,18 +112,8 @@ class ModelServer:
             counts[length] = counts.get(length, 0) + 1
         return counts
 
-    def _serve(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self._loop)
-        app = web.Application()
+    def _routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._completions)
-        self._runner = web.AppRunner(app)
-        self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        self._loop.run_until_complete(site.start())
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        ready.set()
-        self._loop.run_forever()
 
     async def _completions(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -123,7 +144,7 @@ class ModelServer:
 
 
 def _completion(messages: list[dict[str, Any]], spec: dict[str, Any], model: str) -> dict[str, Any]:
-    response = planner.plan(_entries(messages))
+    response = planner.plan(entries_from_messages(messages))
     calls = spec.get("tool_calls", [c.to_openai() for c in response.tool_calls])
     usage = {**response.usage.to_dict(), **spec.get("usage", {})}
     usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
@@ -140,19 +161,6 @@ def _completion(messages: list[dict[str, Any]], spec: dict[str, Any], model: str
         ],
         "usage": usage,
     }
-
-
-def _entries(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Chat messages back into the session entries the planner reads."""
-    entries = []
-    for n, message in enumerate(messages, start=1):
-        data: dict[str, Any] = {}
-        if message.get("tool_call_id"):
-            data["tool_call_id"] = message["tool_call_id"]
-        entries.append(
-            {"n": n, "role": message["role"], "text": message.get("content"), "data": data}
-        )
-    return entries
 
 
 # --- hosts and turns ------------------------------------------------------------------------
