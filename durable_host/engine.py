@@ -582,7 +582,7 @@ class Engine:
         telemetry.episode_done(traced, episode, started, previous, len(history))
         if session is not None and session.continued > continued:
             self.stats["session_steps"] = self.stats.get("session_steps", 0) + 1
-        if episode.status and episode.status != (record.status if record else None):
+        if episode.status and episode.status != previous:
             log.info("instance is %s", episode.status)
         if poison is not None:
             log.error("orchestration %s", poison)
