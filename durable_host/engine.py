@@ -200,7 +200,6 @@ class Engine:
         self._entity_slots = asyncio.Semaphore(max(1, config.max_entities))
         self._workers: list[asyncio.Task[None]] = []
         self._stopping = False
-        self._idle = asyncio.Event()
         self.stats: dict[str, int] = {"episodes": 0, "activity_runs": 0, "activity_reruns": 0}
         self.activities = ActivityRunner(
             index,
