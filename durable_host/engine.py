@@ -120,6 +120,11 @@ def _env_int(name: str, default: int) -> int:
     return int(value) if value.isdigit() else default
 
 
+def _history_cache(on: bool) -> replay.HistoryCache | None:
+    """The history cache the replay optimisations use (none without them)."""
+    return replay.HistoryCache(_env_int("DURABLE_HOST_HISTORY_CACHE", 20_000)) if on else None
+
+
 def _run_episode(
     handle: Any,
     view: orchestration.InstanceView,
@@ -164,11 +169,7 @@ class Engine:
         self.poison_attempts = poison_attempts or _env_int(
             "DURABLE_HOST_POISON_ATTEMPTS", MAX_ACTIVITY_ATTEMPTS
         )
-        self.cache = (
-            replay.HistoryCache(_env_int("DURABLE_HOST_HISTORY_CACHE", 20_000))
-            if self.fast_replay
-            else None
-        )
+        self.cache = _history_cache(self.fast_replay)
         # Off by default: a session skips the replay, and with it the check that catches
         # orchestrator code that is not deterministic (sessions.py).
         # host.json's extendedSessionsEnabled turns them on; DURABLE_HOST_SESSIONS overrides.
@@ -199,7 +200,6 @@ class Engine:
         self._entity_slots = asyncio.Semaphore(max(1, config.max_entities))
         self._workers: list[asyncio.Task[None]] = []
         self._stopping = False
-        self._idle = asyncio.Event()
         self.stats: dict[str, int] = {"episodes": 0, "activity_runs": 0, "activity_reruns": 0}
         self.activities = ActivityRunner(
             index,
@@ -582,7 +582,7 @@ class Engine:
         telemetry.episode_done(traced, episode, started, previous, len(history))
         if session is not None and session.continued > continued:
             self.stats["session_steps"] = self.stats.get("session_steps", 0) + 1
-        if episode.status and episode.status != (record.status if record else None):
+        if episode.status and episode.status != previous:
             log.info("instance is %s", episode.status)
         if poison is not None:
             log.error("orchestration %s", poison)
@@ -733,8 +733,7 @@ class Engine:
         """Switch the replay optimisations (``replay``, ``sessions``) on or off, for bench/."""
         self.fast_replay = on
         self.sessions = on and with_sessions
-        size = _env_int("DURABLE_HOST_HISTORY_CACHE", 20_000)
-        self.cache = replay.HistoryCache(size) if on else None
+        self.cache = _history_cache(on)
         replay.install(on)
         sdk_codec.install(on)
 

@@ -451,12 +451,7 @@ def _replayed(
     if history_text is not None and history_text.covers == len(history):
         text = history_text.text(prefix)
     decided = _decide(handle, view.instance_id, events, started, compact, text)
-    if decided.raw_failure is not None:
-        return decided, None, False
-    shim = Shim(view, events, now, view.execution_id or "", default_version)
-    resolved = shim.walk(decided.actions)
-    shim.check_replayed()
-    return decided, shim, resolved
+    return _walk_all(decided, view, events, now, default_version)
 
 
 def _live(
@@ -480,10 +475,7 @@ def _live(
     assert shim is not None
     if not shim.resume(events, now):
         return _rebuild(handle, view, history, prefix, started, now, session, default_version)
-    try:
-        decided = wire.decode_orchestrator_state(session.advance(events))
-    except Exception as exc:  # noqa: BLE001 - user-code failure is data
-        decided = wire.decode_orchestrator_exception(str(exc))
+    decided = _answer(lambda: session.advance(events))
     if session.shadow_due():
         session.verify(handle, _request(view.instance_id, [*history, *prefix], started, True))
     if decided.raw_failure is not None:
@@ -496,14 +488,7 @@ def _live(
             if raised
             else wire.decode_orchestrator_state(full)
         )
-        if decided.raw_failure is not None:
-            return decided, None, False
-        events = [*history, *prefix]
-        shim = Shim(view, events, now, key, default_version)
-        resolved = shim.walk(decided.actions)
-        shim.check_replayed()
-        session.keep(shim, events, decided.actions)
-        return decided, shim, resolved
+        return _walk_all(decided, view, [*history, *prefix], now, default_version, session)
     first = shim.released
     pending = [*session.unreleased, *decided.actions]
     resolved = shim.walk(pending, first)
@@ -524,32 +509,52 @@ def _rebuild(
 ) -> Decided:
     events = [*history, *prefix]
     request = _request(view.instance_id, events, started, True)
-    try:
-        decided = wire.decode_orchestrator_state(
-            session.rebuild(handle, view.execution_id or "", request)
-        )
-    except Exception as exc:  # noqa: BLE001 - user-code failure is data
-        decided = wire.decode_orchestrator_exception(str(exc))
+    decided = _answer(lambda: session.rebuild(handle, view.execution_id or "", request))
+    return _walk_all(decided, view, events, now, default_version, session)
+
+
+def _walk_all(
+    decided: wire.OrchestratorState,
+    view: InstanceView,
+    events: list[Event],
+    now: str,
+    default_version: str | None,
+    session: Session | None = None,
+) -> Decided:
+    """Walk every action ``decided`` lists with a fresh shim over ``events`` (the whole
+    history), which ``session`` then keeps; no walk when the SDK failed without a state."""
     if decided.raw_failure is not None:
         return decided, None, False
     shim = Shim(view, events, now, view.execution_id or "", default_version)
     resolved = shim.walk(decided.actions)
     shim.check_replayed()
-    session.keep(shim, events, decided.actions)
+    if session is not None:
+        session.keep(shim, events, decided.actions)
     return decided, shim, resolved
+
+
+def _answer(call: Callable[[], str]) -> wire.OrchestratorState:
+    """The SDK's answer from ``call``, decoded; its failure when it raises."""
+    try:
+        return wire.decode_orchestrator_state(call())
+    except Exception as exc:  # noqa: BLE001 - user-code failure is data
+        return wire.decode_orchestrator_exception(str(exc))
 
 
 def _request(
     instance_id: str, events: list[Event], started: Event, compact: bool
 ) -> dict[str, Any]:
-    parent = started.get("ParentInstance") or {}
-    parent_id = (parent.get("OrchestrationInstance") or {}).get("InstanceId")
     return wire.orchestration_request(
         instance_id,
         replay.sdk_history(events) if compact else events,
         started.get("Input"),
-        parent_id,
+        _parent_id(started),
     )
+
+
+def _parent_id(started: Event) -> str | None:
+    parent = started.get("ParentInstance") or {}
+    return (parent.get("OrchestrationInstance") or {}).get("InstanceId")
 
 
 def _decide(
@@ -562,21 +567,13 @@ def _decide(
 ) -> wire.OrchestratorState:
     """Run the SDK over ``events``: its decisions, or its failure. ``history_text``: the
     JSON of the compact ``events``' items, when already at hand."""
-    parent = started.get("ParentInstance") or {}
-    parent_id = (parent.get("OrchestrationInstance") or {}).get("InstanceId")
     if history_text is not None:
         raw = wire.encode_orchestration_request_text(
-            instance_id, history_text, started.get("Input"), parent_id
+            instance_id, history_text, started.get("Input"), _parent_id(started)
         )
-        try:
-            return wire.decode_orchestrator_state(handle(raw))
-        except Exception as exc:  # noqa: BLE001 - user-code failure is data
-            return wire.decode_orchestrator_exception(str(exc))
+        return _answer(lambda: handle(raw))
     request = _request(instance_id, events, started, compact)
-    try:
-        return wire.decode_orchestrator_state(handle(json.dumps(request)))
-    except Exception as exc:  # noqa: BLE001 - user-code failure is data
-        return wire.decode_orchestrator_exception(str(exc))
+    return _answer(lambda: handle(json.dumps(request)))
 
 
 def _complete(

@@ -167,7 +167,6 @@ class Shim:
         self.new_events: list[Event] = []
         self.outbox: list[Outgoing] = []
         self.nodes: list[Node] = []
-        self.covers = len(events)  # events of the history this walk has been given
         self.released = 0  # top-level actions started so far
         self.blocked: Node | None = None  # the released action the walk waits on
 
@@ -186,7 +185,6 @@ class Shim:
                 self.scheduled[event["EventId"]] = event
             elif kind in _APPLIED:
                 self.events.append(event)
-        self.covers += len(events)
         self.now = now
         self.new_events, self.outbox = [], []
         return True
