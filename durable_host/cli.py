@@ -95,7 +95,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     keys.add_argument("--app-dir", default=".", type=Path)
     keys.add_argument("--store", default=None, help="as for start")
     keys.add_argument("--json", action="store_true", help="print one JSON object")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if getattr(args, "wake_file", None) is not None and args.exit_when_idle is None:
+        parser.error("--wake-file needs --exit-when-idle")
+    return args
 
 
 def _seconds(text: str) -> float:
@@ -154,6 +157,9 @@ def _host_from(args: argparse.Namespace) -> Host:
 
 
 async def serve(args: argparse.Namespace) -> int:
+    if args.wake_file is not None and (problem := wake.unwritable(args.wake_file)):
+        print(f"durable host: {problem}", file=sys.stderr)
+        return 2
     try:
         host = _host_from(args)
         await host.start()
@@ -174,7 +180,11 @@ async def serve(args: argparse.Namespace) -> int:
         print(f"durable host: {host.fatal}", file=sys.stderr)
         return 2
     if host.wake is not None:
-        wake.announce(host.wake, args.wake_file)
+        try:
+            wake.announce(host.wake, args.wake_file)
+        except OSError as exc:  # the line is on stdout; a waker reading the file must not wait
+            print(f"durable host: could not write --wake-file: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,6 +59,20 @@ def announce(info: dict[str, Any], wake_file: Path | None) -> None:
         partial = wake_file.with_name(wake_file.name + ".tmp")
         partial.write_text(line + "\n")
         partial.replace(wake_file)
+
+
+def unwritable(wake_file: Path) -> str | None:
+    """Why ``announce`` could not write ``wake_file``, asked before the host serves (no side
+    effects): a directory there, or a nearest existing ancestor that is no writable directory."""
+    wake_file = Path(wake_file).absolute()
+    if wake_file.is_dir():
+        return f"--wake-file {wake_file} is a directory"
+    ancestor = wake_file.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"--wake-file {wake_file} cannot be written ({ancestor} is no writable directory)"
+    return None
 
 
 class IdleWatch:

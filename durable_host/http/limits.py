@@ -71,8 +71,8 @@ class Limits:
                 value = kind(text.strip())
             except ValueError as exc:
                 raise ConfigError(f"{key}={text!r} must be a number") from exc
-            if value <= 0:
-                raise ConfigError(f"{key}={text!r} must be positive")
+            if not math.isfinite(value) or value <= 0:
+                raise ConfigError(f"{key}={text!r} must be a positive finite number")
             values[name] = value
         return cls(**values)
 

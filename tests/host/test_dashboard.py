@@ -100,6 +100,28 @@ def test_one_instance_with_history_and_entities_with_state(host: HostProcess) ->
     assert host.get("/admin/dashboard/api/instances/nope", headers=KEY).status == 404
 
 
+@pytest.mark.parametrize(
+    ("path", "status", "words"),
+    [
+        ("api/instances?top=many", 400, ["top", "many"]),
+        ("api/instances?from=yesterday", 400, ["yesterday"]),
+        ("api/instances?status=Running,Sleeping", 400, ["Sleeping"]),
+        ("api/entities?name=nothing", 404, ["nothing"]),
+        ("api/entities", 404, ["entity"]),
+        ("api/nowhere", 404, ["nowhere"]),
+    ],
+)
+def test_bad_dashboard_queries_are_refused_with_a_message(
+    host: HostProcess, path: str, status: int, words: list[str]
+) -> None:
+    resp = host.get(f"/admin/dashboard/{path}", headers=KEY)
+    assert resp.status == status, resp.body
+    body = resp.json()
+    assert body["error"] == "dashboard"
+    for word in words:
+        assert word in body["message"], body
+
+
 def js(value: str) -> str:
     return json.dumps(value)
 

@@ -202,3 +202,16 @@ def test_exit_when_idle_takes_only_a_positive_number(tmp_path: Path) -> None:
     host = host_for("sqlite", tmp_path, YEARLY)
     done = run_cli(host, "start", "--exit-when-idle", "soon")
     assert done.returncode == 2 and "positive number of seconds" in done.stderr
+
+
+def test_a_wake_file_that_cannot_be_written_is_refused_before_serving(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_text("a file, not a folder")
+    host = host_for("sqlite", tmp_path, YEARLY)
+    for blocked in (tmp_path, tmp_path / "plain" / "wake.json"):
+        done = run_cli(host, "start", "--exit-when-idle", "1", "--wake-file", str(blocked))
+        assert done.returncode == 2, done
+        assert done.stderr.strip().splitlines()[-1].startswith("durable host: --wake-file ")
+        assert "listening" not in done.stdout
+    assert not (tmp_path / "hub.db").exists()  # refused before the store was opened
+    alone = run_cli(host, "start", "--wake-file", str(tmp_path / "wake.json"))
+    assert alone.returncode == 2 and "--exit-when-idle" in alone.stderr

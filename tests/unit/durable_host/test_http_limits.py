@@ -77,3 +77,10 @@ def test_limits_from_the_environment() -> None:
         Limits.from_env({"DURABLE_HOST_MAX_CONNECTIONS": "many"})
     with pytest.raises(ConfigError, match="positive"):
         Limits.from_env({"DURABLE_HOST_MAX_JSON_DEPTH": "0"})
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "Infinity"])
+def test_a_time_limit_that_is_no_finite_number_is_refused(text: str) -> None:
+    # float() reads these; a NaN timeout compares false both ways and would never fire.
+    with pytest.raises(ConfigError, match="DURABLE_HOST_HEADER_TIMEOUT"):
+        Limits.from_env({"DURABLE_HOST_HEADER_TIMEOUT": text})
