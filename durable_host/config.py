@@ -145,11 +145,17 @@ def parse_host_json(
 
 def _extended_sessions(durable: Mapping[str, Any], settings: Mapping[str, str]) -> bool:
     """host.json's ``extendedSessionsEnabled``, unless the app setting that the Functions host
-    maps onto it says otherwise."""
-    value = settings.get(ENV_PREFIX + "extendedSessionsEnabled")
+    maps onto it says otherwise. Anything but a boolean (``true``/``false``, any case) is
+    refused, naming where it came from: a typo must not quietly mean off."""
+    name = ENV_PREFIX + "extendedSessionsEnabled"
+    value: Any = settings.get(name)
     if value is None:
+        name = "extensions.durableTask.extendedSessionsEnabled"
         value = durable.get("extendedSessionsEnabled", False)
-    return str(value).strip().lower() == "true"
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ConfigError(f"{name} {value!r} is not true or false")
+    return text == "true"
 
 
 def load(app_dir: Path) -> HostConfig:

@@ -89,7 +89,7 @@ from durable_host import (
 )
 from durable_host import history as h
 from durable_host.activity_runner import ActivityRunner
-from durable_host.config import HostConfig
+from durable_host.config import ConfigError, HostConfig
 from durable_host.loader import AppIndex
 from durable_host.records import (
     ActivityWork,
@@ -110,14 +110,28 @@ MAX_COUNTED_AHEAD = 100_000  # instances whose next attempt a commit counted (me
 Result = tuple[ActivityWork, dict[str, Any]]  # an activity's work item and its result message
 
 
+_FLAGS = {"1": True, "true": True, "yes": True, "on": True}
+_FLAGS.update({"0": False, "false": False, "no": False, "off": False})
+
+
 def _env_flag(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    return default if value is None else value.strip().lower() not in ("0", "false", "no")
+    """A boolean setting; unset or empty is ``default``, anything unreadable is refused."""
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value not in _FLAGS:
+        raise ConfigError(f"{name}={value!r} is not a boolean (1/0, true/false, yes/no, on/off)")
+    return _FLAGS[value]
 
 
 def _env_int(name: str, default: int) -> int:
+    """A non-negative whole-number setting; unset or empty is ``default``."""
     value = os.environ.get(name, "").strip()
-    return int(value) if value.isdigit() else default
+    if not value:
+        return default
+    if not value.isdigit():
+        raise ConfigError(f"{name}={value!r} is not a whole number >= 0")
+    return int(value)
 
 
 def _history_cache(on: bool) -> replay.HistoryCache | None:

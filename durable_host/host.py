@@ -156,18 +156,19 @@ class Host:
         limits = Limits.from_env()
         index = startup_report.select(loader.load_app(self.app_dir), self.functions)
         self.timer_specs = timer_triggers.plan(index, os.environ, datetime.now(UTC))
-        log.info("%s", telemetry_line)  # after the checks whose failure is one line alone
         self.idle = asyncio.Event()
         self.timers: timer_triggers.TimerTriggers | None = None
         self.idle_watch: wake.IdleWatch | None = None
         self._running = self._started = False
         self.store = open_store(self.store_spec, self.config, self.lose)
+        # Before the store opens: a bad engine setting stops the start with nothing touched.
+        self.engine = Engine(index, self.store, self.config)
+        log.info("%s", telemetry_line)  # after the checks whose failure is one line alone
         await self.store.open()
         keys = Keys(self.store, os.environ) if auth_on else None
         if keys is not None:
             await keys.load()
         self.gate = auth.Gate(keys, auth_on)
-        self.engine = Engine(index, self.store, self.config)
         self.client = DurableClient(self.engine)
         app = server.build_app(
             self.client,

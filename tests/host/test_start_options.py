@@ -201,3 +201,24 @@ def test_a_trigger_the_host_does_not_run_is_listed_and_cors_takes_any_origin(
     assert host.log_path is not None
     text = host.log_path.read_text()
     assert "not run: function 'drain': trigger queueTrigger is not supported" in text
+
+
+def test_an_unreadable_engine_setting_is_refused_before_the_store_is_touched(
+    tmp_path: Path,
+) -> None:
+    app = app_copy(tmp_path, {"IsEncrypted": False, "Values": {"DURABLE_HOST_SESSIONS": "maybe"}})
+    store = tmp_path / "hub.db"
+
+    line = one_line(run_start("--app-dir", str(app), "--store", f"sqlite:///{store}"))
+
+    assert "DURABLE_HOST_SESSIONS='maybe' is not a boolean" in line
+    assert not store.exists()
+    assert not list(app.glob(".durable/*"))
+
+
+def test_an_engine_count_that_is_not_a_number_is_refused(tmp_path: Path) -> None:
+    app = app_copy(tmp_path, {"Values": {"DURABLE_HOST_SESSION_VERIFY": "every tenth"}})
+
+    line = one_line(run_start("--app-dir", str(app)))
+
+    assert "DURABLE_HOST_SESSION_VERIFY='every tenth' is not a whole number" in line

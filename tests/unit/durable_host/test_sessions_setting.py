@@ -56,3 +56,26 @@ def test_the_app_setting_overrides_host_json(tmp_path, setting, app_setting, exp
         tmp_path, {"extensions": {"durableTask": durable}}, settings
     )
     assert config.extended_sessions is expected
+
+
+@pytest.mark.parametrize(
+    ("setting", "app_setting", "named"),
+    [
+        ("yes", None, "extensions.durableTask.extendedSessionsEnabled"),
+        (1, None, "extensions.durableTask.extendedSessionsEnabled"),
+        (None, "on", "AzureFunctionsJobHost__extensions__durableTask__extendedSessionsEnabled"),
+    ],
+)
+def test_a_setting_that_is_not_a_boolean_is_refused_naming_it(
+    tmp_path, setting, app_setting, named
+):
+    durable = {} if setting is None else {"extendedSessionsEnabled": setting}
+    settings = (
+        {}
+        if app_setting is None
+        else {
+            "AzureFunctionsJobHost__extensions__durableTask__extendedSessionsEnabled": app_setting
+        }
+    )
+    with pytest.raises(config_mod.ConfigError, match=named):
+        config_mod.parse_host_json(tmp_path, {"extensions": {"durableTask": durable}}, settings)
