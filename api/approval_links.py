@@ -36,6 +36,7 @@ import azure.durable_functions as df
 import azure.functions as func
 
 from adapters.attempt_ledger import default_ledger
+from api import inputs
 from api.replies import reply
 from kernel import ids
 from kernel.approval_tokens import DECISIONS, TOKEN_PATTERN, claim_owner, matches, token_hash
@@ -92,9 +93,8 @@ async def waiting_status(
     status = await client.get_status(task_id)
     if not status or not status.runtime_status or status.runtime_status.value != "Running":
         return None
-    custom = status.custom_status
-    custom = json.loads(custom) if isinstance(custom, str) else custom
-    if not isinstance(custom, dict) or custom.get("phase") != "approval" or not custom.get("event"):
+    custom = inputs.status_object(status.custom_status)
+    if custom.get("phase") != "approval" or not custom.get("event"):
         return None
     return custom
 

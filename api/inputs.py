@@ -144,6 +144,17 @@ def json_object(raw: bytes) -> dict[str, Any]:
     return unicode_strings(body, "body")
 
 
+def status_object(value: object) -> dict[str, Any]:
+    """An instance's status field (custom status, input) as an object: the SDK hands JSON text
+    or a value; anything that is not a JSON object reads as ``{}``."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
 def decision(raw: bytes, field: str, allowed: tuple[str, ...]) -> tuple[str, str]:
     """``(requestId, value)`` of an operator or approval body ``{"requestId", field}``."""
     if len(raw) > MAX_BODY_BYTES:

@@ -35,18 +35,8 @@ log = logging.getLogger("agent.loops")
 LIVE = (OrchestrationRuntimeStatus.Pending, OrchestrationRuntimeStatus.Running)
 
 
-def _object(value: Any) -> dict[str, Any]:
-    """A status field as an object (the SDK hands JSON text or a value)."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return {}
-    return value if isinstance(value, dict) else {}
-
-
 def _view(session_id: str, status: Any) -> dict[str, Any]:
-    custom = _object(status.custom_status)
+    custom = inputs.status_object(status.custom_status)
     runtime = status.runtime_status.value if status.runtime_status else None
     return {
         "sessionId": session_id,
@@ -57,7 +47,7 @@ def _view(session_id: str, status: Any) -> dict[str, Any]:
         "next": custom.get("next"),
         "runs": custom.get("runs", 0),
         "lastSubmission": custom.get("last_submission"),
-        "loop": custom.get("loop") or _object(status.input_).get("spec"),
+        "loop": custom.get("loop") or inputs.status_object(status.input_).get("spec"),
     }
 
 
@@ -101,7 +91,7 @@ async def declare_loop(
         instance_id = loops.loop_instance_id(session_id, spec.loop_id)
         running, _ = await ensure_loop(client, session_id, spec)
         if running is not None:
-            if _object(running.input_).get("spec") != spec.as_json():
+            if inputs.status_object(running.input_).get("spec") != spec.as_json():
                 raise ConflictError(
                     "loop_exists", f"loop {spec.loop_id!r} runs with another declaration", "loopId"
                 )

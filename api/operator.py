@@ -23,7 +23,6 @@ request with the same ``requestId`` is harmless and answers 202 with ``"duplicat
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import azure.durable_functions as df
@@ -46,13 +45,9 @@ async def _custom_status(
     status = await client.get_status(instance_id, show_input=True)
     if not status or not status.runtime_status:
         return None
-    given = status.input_
-    given = json.loads(given) if isinstance(given, str) else given
-    if not isinstance(given, dict) or given.get("session_id") != session_id:
+    if inputs.status_object(status.input_).get("session_id") != session_id:
         return None
-    custom = status.custom_status
-    custom = json.loads(custom) if isinstance(custom, str) else custom
-    return status.runtime_status.value, custom if isinstance(custom, dict) else {}
+    return status.runtime_status.value, inputs.status_object(status.custom_status)
 
 
 async def _decide(

@@ -26,7 +26,7 @@ from typing import Any
 import azure.durable_functions as df
 
 from kernel import failures
-from orchestrators.steps import set_status
+from orchestrators.steps import child_version, set_status
 
 Gen = Generator[Any, Any, Any]
 Attempt = Callable[[int], Gen]
@@ -50,7 +50,11 @@ def _call(
 ) -> Gen:
     if policy.call == "orchestrator":
         child = f"{task_id}:try:{attempt}"
-        return (yield context.call_sub_orchestrator(policy.kind, payload, child))
+        return (
+            yield context.call_sub_orchestrator(
+                policy.kind, payload, child, version=child_version(context)
+            )
+        )
     return (yield context.call_activity(policy.kind, payload))
 
 
@@ -98,6 +102,7 @@ def run_kind(
                 policy.on_failure,
                 failures.handler_input(policy, task_id, payload, failure, tried),
                 failures.handler_instance_id(task_id),
+                version=child_version(context),
             )
             handled, handler = True, {"name": policy.on_failure, "result": output}
         except Exception as exc:  # noqa: BLE001 - a failed handler means a person must look

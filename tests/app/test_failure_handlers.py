@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from durable_host.testing import WEBHOOK
 from kernel import ids
 from tests.app.test_notices_workflow import mailbox_call
 from tests.app.test_sessions_api import final, submit, view
@@ -57,6 +58,18 @@ def test_each_tier_is_reached_and_the_handler_runs_once(host: HostProcess, tmp_p
     assert given["task_id"] == "task-exhausted"
     hopeless = host.status("task-hopeless")["output"]
     assert "refund service is down" in hopeless["handler"]["failure"]
+
+
+def test_the_handler_follows_the_version_of_its_task(host: HostProcess, tmp_path: Path) -> None:
+    """A handler is part of its task's tree: it runs the task's version, not whatever version
+    the serving deployment gives a sub-orchestration started without one (docs/versioning.md)."""
+    body = {"id": "versioned", "fail_times": 9}
+    resp = host.post(f"{WEBHOOK}/orchestrators/task/task-versioned?version=0.9", body)
+    assert resp.status == 202, (resp.status, resp.body)
+    status = host.wait_for_status("task-versioned", timeout=60)
+    assert (status["version"], status["output"]["tier"]) == ("0.9", "handled"), status
+    marks = [json.loads(line) for line in (tmp_path / "marks.txt").read_text().splitlines()]
+    assert [m["version"] for m in marks if m.get("handled") == "versioned"] == ["0.9"]
 
 
 def test_a_failing_tool_is_retried_then_handled_once_or_left_for_a_person(

@@ -81,6 +81,21 @@ def test_submission_ids_are_checked() -> None:
     assert (caught.value.code, caught.value.field) == ("invalid_submission_id", "submissionId")
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ('{"phase": "approval"}', {"phase": "approval"}),
+        ({"phase": "approval"}, {"phase": "approval"}),
+        ("not json", {}),
+        ("[1, 2]", {}),
+        (None, {}),
+        (7, {}),
+    ],
+)
+def test_an_instance_status_field_reads_as_an_object(value: object, expected: object) -> None:
+    assert inputs.status_object(value) == expected
+
+
 # --- change queries -------------------------------------------------------------------
 
 

@@ -44,7 +44,7 @@ def charge(job: dict) -> str:
 def refund(context: df.DurableOrchestrationContext):
     given = context.get_input()
     if not context.is_replaying:
-        _mark({"handled": given["input"]["id"], "given": given})
+        _mark({"handled": given["input"]["id"], "given": given, "version": context.version})
     if given["input"].get("handler_fails"):
         raise RuntimeError("the refund service is down")
     return "refunded"
