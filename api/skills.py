@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 from datetime import UTC, datetime
 from typing import Any
@@ -46,15 +45,6 @@ bp = df.Blueprint()
 LEVEL = func.AuthLevel.FUNCTION  # as every sessions route (docs/security.md)
 LIVE = ("Pending", "Running")
 RUN_KEYS = ("requestId", "input", "version")
-
-
-def _object(value: Any) -> dict[str, Any]:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _now() -> str:
@@ -203,9 +193,9 @@ def _status_name(runtime: str | None, custom: dict[str, Any], output: dict[str, 
 
 
 def run_view(status: Any) -> dict[str, Any]:
-    given = _object(status.input_)
-    custom = _object(status.custom_status)
-    output = _object(status.output)
+    given = inputs.status_object(status.input_)
+    custom = inputs.status_object(status.custom_status)
+    output = inputs.status_object(status.output)
     runtime = status.runtime_status.value if status.runtime_status else None
     view: dict[str, Any] = {
         "skill": given.get("skill"),
@@ -331,7 +321,7 @@ async def _live_run(
     instance, status = await _run_status(client, name, run)
     if status.runtime_status.value not in LIVE:
         raise ConflictError("run_ended", f"run {run!r} has ended", "runId")
-    skill = skills.Skill.model_validate(_object(status.input_)["definition"])
+    skill = skills.Skill.model_validate(inputs.status_object(status.input_)["definition"])
     return instance, run, skill
 
 
@@ -343,7 +333,7 @@ async def _waiting_instance(
     status = await client.get_status(target)
     if not status or not status.runtime_status or status.runtime_status.value not in LIVE:
         raise ConflictError("not_waiting", f"step {step_id!r} is not running", "stepId")
-    return target, _object(status.custom_status)
+    return target, inputs.status_object(status.custom_status)
 
 
 @bp.route(route="skills/{name}/runs/{runId}/events/{event}", methods=["POST"], auth_level=LEVEL)
