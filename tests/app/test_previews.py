@@ -272,6 +272,9 @@ def histories(host: HostProcess, session: str, sub: str) -> dict[str, list[dict[
     names.append(ids.tool_task_id(sub, 1, 0))
     out = {}
     for name in names:
+        # The submission is final once the session commits it; the turn that asked for the
+        # commit completes an episode later, so its history is read once it has ended.
+        host.wait_for_status(name, timeout=30)
         status = host.status(name, "?showHistory=true&showHistoryOutput=true&showInput=true")
         assert status is not None, name
         out[name] = status["historyEvents"]
