@@ -134,6 +134,18 @@ def _env_int(name: str, default: int) -> int:
     return int(value)
 
 
+def _session_verify() -> int:
+    """``DURABLE_HOST_SESSION_VERIFY``: ``doubling`` (the default: continued episodes 1, 2,
+    4, ... after each rebuild), ``N`` (every Nth) or ``0`` (never); see sessions.py."""
+    name = "DURABLE_HOST_SESSION_VERIFY"
+    value = os.environ.get(name, "").strip()
+    if value.lower() == "doubling":
+        return sessions.VERIFY_DOUBLING
+    if value and not value.isdigit():
+        raise ConfigError(f"{name}={value!r} is not a whole number >= 0 or 'doubling'")
+    return _env_int(name, sessions.VERIFY_DOUBLING)
+
+
 def _history_cache(on: bool) -> replay.HistoryCache | None:
     """The history cache the replay optimisations use (none without them)."""
     return replay.HistoryCache(_env_int("DURABLE_HOST_HISTORY_CACHE", 20_000)) if on else None
@@ -190,8 +202,8 @@ class Engine:
         self.sessions = self.fast_replay and _env_flag(
             "DURABLE_HOST_SESSIONS", config.extended_sessions
         )
-        # DURABLE_HOST_SESSION_VERIFY=N: every Nth episode of a session is a full replay.
-        self.session_verify = _env_int("DURABLE_HOST_SESSION_VERIFY", 0)
+        # DURABLE_HOST_SESSION_VERIFY: which continued episodes a shadow replay checks.
+        self.session_verify = _session_verify()
         # One commit per step (DURABLE_HOST_STEP_COMMIT=0 turns it off, for comparisons):
         # an activity's result is committed with the episode it unblocks, and a commit
         # counts the next episode's attempt in advance.

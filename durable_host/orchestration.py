@@ -121,8 +121,9 @@ def run_episode(
         )
         result = episode
     else:
-        text = history_text if compact and state.history_is_view() else None
-        result = _invoke(handle, episode, state, now, compact, session, default_version, text)
+        result = _invoke(
+            handle, episode, state, now, compact, session, default_version, history_text
+        )
     if session is not None and result.status not in (None, RuntimeStatus.RUNNING):
         session.reset()  # finished, failed or continued as new: nothing to continue
     elif session is not None and state.history_is_view() and not result.replace_history:
@@ -390,22 +391,18 @@ def _invoke(
         state.view.instance_id, RuntimeStatus.RUNNING, state.execution_id, state.history, name
     )
     try:
-        if session is not None:
-            decided, shim, resolved = _live(
-                handle, view, state.history, prefix, started, now, session, default_version
-            )
-        else:
-            decided, shim, resolved = _replayed(
-                handle,
-                view,
-                state.history,
-                prefix,
-                started,
-                now,
-                compact,
-                default_version,
-                history_text,
-            )
+        decided, shim, resolved = _decide_episode(
+            handle,
+            view,
+            state,
+            prefix,
+            started,
+            now,
+            compact,
+            session,
+            default_version,
+            history_text,
+        )
     except NonDeterminismError as exc:
         if session is not None:
             session.reset()
@@ -433,6 +430,52 @@ def _invoke(
 Decided = tuple[wire.OrchestratorState, Shim | None, bool]
 
 
+def _decide_episode(
+    handle: OrchestratorHandle,
+    view: InstanceView,
+    state: _MessageState,
+    prefix: list[Event],
+    started: Event,
+    now: str,
+    compact: bool,
+    session: Session | None,
+    default_version: str | None,
+    history_text: replay.HistoryText | None,
+) -> Decided:
+    """The SDK's decisions and the walk, the cheapest way that gives what a plain replay of
+    the whole stored history gives: a plain replay when the code reads ``context.histories``
+    (``replay.watch_history_reads``), which a session or a compact history would show it
+    differently. Raises ``NonDeterminismError`` as the walk does."""
+    history = state.history
+    # Plain: asked for; the code is known to read the history; or reads could not be seen.
+    plain = (
+        not compact
+        or (session is not None and session.reads_history)
+        or not replay.watching_history_reads()
+    )
+    if plain:
+        return _plain(handle, view, history, prefix, started, now, default_version)
+    replay.forget_history_reads()
+    try:
+        if session is not None:
+            decided = _live(handle, view, history, prefix, started, now, session, default_version)
+        else:
+            text = history_text if state.history_is_view() else None
+            decided = _replayed(
+                handle, view, history, prefix, started, now, True, default_version, text
+            )
+    except NonDeterminismError:
+        if not replay.history_read():
+            raise
+    else:
+        if not replay.history_read():
+            return decided
+    if session is not None:
+        session.reset()
+        session.reads_history = True  # kept across resets: replays in full from now on
+    return _plain(handle, view, history, prefix, started, now, default_version)
+
+
 def _replayed(
     handle: OrchestratorHandle,
     view: InstanceView,
@@ -452,6 +495,19 @@ def _replayed(
         text = history_text.text(prefix)
     decided = _decide(handle, view.instance_id, events, started, compact, text)
     return _walk_all(decided, view, events, now, default_version)
+
+
+def _plain(
+    handle: OrchestratorHandle,
+    view: InstanceView,
+    history: list[Event],
+    prefix: list[Event],
+    started: Event,
+    now: str,
+    default_version: str | None,
+) -> Decided:
+    """A full replay of the whole stored history, as the extension hands it to the SDK."""
+    return _replayed(handle, view, history, prefix, started, now, False, default_version, None)
 
 
 def _live(
@@ -475,7 +531,8 @@ def _live(
     assert shim is not None
     if not shim.resume(events, now):
         return _rebuild(handle, view, history, prefix, started, now, session, default_version)
-    decided = _answer(lambda: session.advance(events))
+    first = shim.released
+    decided = _answer(lambda: session.advance(events, first))
     if session.shadow_due():
         session.verify(handle, _request(view.instance_id, [*history, *prefix], started, True))
     if decided.raw_failure is not None:
@@ -489,11 +546,8 @@ def _live(
             else wire.decode_orchestrator_state(full)
         )
         return _walk_all(decided, view, [*history, *prefix], now, default_version, session)
-    first = shim.released
-    pending = [*session.unreleased, *decided.actions]
-    resolved = shim.walk(pending, first)
+    resolved = shim.walk(decided.actions, first)
     shim.check_replayed()
-    session.walked(pending, first)
     return decided, shim, resolved
 
 
@@ -529,7 +583,7 @@ def _walk_all(
     resolved = shim.walk(decided.actions)
     shim.check_replayed()
     if session is not None:
-        session.keep(shim, events, decided.actions)
+        session.keep(shim, events)
     return decided, shim, resolved
 
 

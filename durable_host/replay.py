@@ -15,7 +15,7 @@ timestamp with ``dateutil`` (~35 us each). Three equivalences make a step cheap:
   OrchestratorStarted relative to them, the first OrchestratorStarted and ExecutionStarted
   (kept at indexes 0 and 1) all stay the same. Signal EventSents are dropped too: a signal
   never opens a task under its id. What does change is ``context.histories``, which
-  orchestrator code could read; set ``DURABLE_HOST_FAST_REPLAY=0`` for code that does.
+  orchestrator code could read: see the watch below.
 * **Timestamps parsed without dateutil** (``install``). The host writes every timestamp as
   ``YYYY-MM-DDTHH:MM:SS.ffffffZ``; for exactly that form ``fast_timestamp`` builds the same
   value dateutil builds (same instant, same kind of ``tzinfo``, checked against dateutil at
@@ -30,7 +30,14 @@ timestamp with ``dateutil`` (~35 us each). Three equivalences make a step cheap:
   instances that will be woken again soon (an activity or message is on its way), keyed by
   what the fresh status row says (execution id and last update), so a stale entry is never
   used; waiting instances are evicted, and the total is bounded in events. The entry also
-  holds the instance's live SDK session (``sessions.py``, opt-in), which skips the replay.
+  holds the instance's live SDK session (``sessions.py``), which skips the replay.
+
+Both ``sdk_history`` and a session change what ``context.histories`` holds while orchestrator
+code runs (fewer events; a session's past steps saw the history up to their own episode). So
+the host watches reads of it (``watch_history_reads``): an episode in which code outside the
+SDK's own modules read ``context.histories`` is thrown away and decided again by a plain
+replay of the whole stored history, what the extension hands the SDK, and a session of that
+instance replays in full from then on. Nothing such code sees differs from the extension.
 
 The golden-history equivalence tests replay every scenario both ways and compare the SDK's
 raw answers, ``new_uuid`` values and the episodes' events byte for byte.
@@ -41,6 +48,8 @@ from __future__ import annotations
 import importlib
 import json
 import re
+import sys
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -125,6 +134,7 @@ def fast_timestamp(text: str, fallback: Callable[[str], datetime], tzinfo: Any) 
 
 def install(enabled: bool = True) -> bool:
     """Swap the SDK's timestamp parser for ``fast_timestamp`` (or back); True if active.
+    Watches reads of ``context.histories`` either way (``watch_history_reads``).
 
     Installs only when the fast path provably agrees with dateutil on this machine: the
     ``tzinfo`` dateutil gives ``Z`` depends on the local zone (``tzlocal()`` when the
@@ -132,6 +142,7 @@ def install(enabled: bool = True) -> bool:
     the fast path is refused where a local zone with daylight saving could change it.
     """
     global _original_parse
+    watch_history_reads()
     # The submodule, not the class the package re-exports under the same name.
     module: Any = importlib.import_module("azure.durable_functions.models.history.HistoryEvent")
 
@@ -157,6 +168,54 @@ def install(enabled: bool = True) -> bool:
 
     module.dt_parse = parse
     return True
+
+
+# --- reads of context.histories ------------------------------------------------------------
+
+_reads = threading.local()  # an episode runs on one thread, start to end
+_SDK_CORE = ("azure.durable_functions.models", "azure.durable_functions.orchestrator")
+_watching = False
+
+
+def watch_history_reads() -> None:
+    """Make ``DurableOrchestrationContext.histories`` note a read by code outside the SDK's
+    core (orchestrator code, adapters such as the OpenAI Agents integration) on the reading
+    thread, for ``history_read``. Idempotent (``install`` calls it); the SDK's own reads
+    (building the context, starting the replay) are not counted. Replaces the class
+    attribute only: the installed package is not modified."""
+    global _watching
+    module: Any = importlib.import_module(
+        "azure.durable_functions.models.DurableOrchestrationContext"
+    )
+    context = module.DurableOrchestrationContext
+    original = context.__dict__["histories"]
+    if not getattr(original.fget, "watched", False):
+
+        def histories(self: Any) -> Any:
+            caller = sys._getframe(1).f_globals.get("__name__", "")  # noqa: SLF001
+            if not caller.startswith(_SDK_CORE):
+                _reads.seen = True
+            return original.fget(self)
+
+        histories.watched = True  # type: ignore[attr-defined]
+        context.histories = property(histories, doc=original.__doc__)
+    _watching = True
+
+
+def watching_history_reads() -> bool:
+    """True once ``watch_history_reads`` ran: ``history_read`` can be trusted."""
+    return _watching
+
+
+def forget_history_reads() -> None:
+    """Start watching for a read on this thread (before an episode calls the SDK)."""
+    _reads.seen = False
+
+
+def history_read() -> bool:
+    """True if code outside the SDK read ``context.histories`` on this thread since
+    ``forget_history_reads``."""
+    return bool(getattr(_reads, "seen", False))
 
 
 # --- the history cache -------------------------------------------------------------------

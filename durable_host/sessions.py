@@ -7,8 +7,9 @@ against it. A ``Session`` keeps the result of both between episodes - the SDK's
 generator suspended at its last ``yield``, and the ``Shim`` with its cursor - and feeds the
 next episode only the events added to the history since (``advance``): the SDK processes
 them through the executor's own ``process_event``, the walk takes them through
-``Shim.resume``, and only the actions the SDK added are serialised (``get_orchestrator_state_str``
-runs over the new tail of the context's action list) and walked. For deterministic
+``Shim.resume``, and only the actions the walk has not started are serialised
+(``get_orchestrator_state_str`` runs over that tail of the context's action list, so an action
+is serialised as it is when it starts, as a replay would) and walked. For deterministic
 orchestrator code (the Durable rule) the outcome is the one a full replay computes: the
 objects are the ones the replay would rebuild, fed the same events in the same order, so
 output, custom status, failures, ``new_uuid``, ``current_utc_datetime``, the #507 buffered
@@ -25,6 +26,10 @@ cannot continue when:
 * it has not seen this history: another execution, or a history that is not the one it saw
   grown by appending (a rewind, a restart, an episode that ran without it);
 * it ended: the SDK said done or raised (a finished generator is never resumed);
+* its code read ``context.histories`` (``reads_history``, seen by ``replay.watch_history_reads``;
+  ``orchestration.py`` then decides the episode by a plain replay of the whole stored
+  history, and every later one too): a step continued by a session saw the history only up
+  to its own episode, a replay shows every step the whole of it;
 * the orchestrator is not a generator function (``replays_only``). A plain function that
   *returns* a generator built by other code - an adapter such as the SDK's OpenAI Agents
   integration (``durable_openai_agent_orchestrator``), whose generator ends after yielding
@@ -36,11 +41,17 @@ cannot continue when:
 * an action the SDK already listed changed afterwards (a timer cancelled later): the walk
   cannot follow a change behind its cursor, so that episode walks the whole list again.
 
-``verify_every`` (``DURABLE_HOST_SESSION_VERIFY``): every Nth continued episode also runs a
-shadow full replay with fresh SDK objects and compares its whole answer (every action,
+Shadow replays (``verify_every``, ``DURABLE_HOST_SESSION_VERIFY``): a continued episode may
+also run a full replay with fresh SDK objects and compare its whole answer (every action,
 output, custom status, failure) with the session's; a difference fails the instance with a
-``NonDeterminismError`` naming the first differing action. Without it, orchestrator code
-that decides differently when re-run is caught only when its session is rebuilt.
+``NonDeterminismError`` naming the first differing action, before the episode commits
+anything. By default (``VERIFY_DOUBLING``) the 1st, 2nd, 4th, 8th, ... continued episode
+after each rebuild is checked: code that decides differently when re-run (a clock, a random
+number, I/O) is caught at its first continued episode, as a full replay would catch it, and
+the checks of an instance with n steps replay about 2n steps in all - a constant cost per
+step, where replaying every episode costs n. ``N`` checks every Nth continued episode,
+``0`` none (the extension's extended sessions): then such code is caught only when its
+session is rebuilt.
 
 Equivalence is pinned by tests/unit/durable_host/test_replay_equivalence.py (every scenario,
 sessions against plain and fast replays, byte for byte) and test_incremental_replay.py
@@ -79,15 +90,21 @@ def code_stamp(fn: Callable[..., Any]) -> tuple[int, int, int]:
         return id(fn), 0, 0
 
 
+VERIFY_DOUBLING = -1  # ``verify_every``: check continued episodes 1, 2, 4, 8, ... (module doc)
+
+
 class Session:
     """One instance's live orchestration (see module doc). Not thread-safe: one episode at a
     time uses it, as the engine runs one episode at a time per instance."""
 
-    def __init__(self, verify_every: int = 0) -> None:
-        self.verify_every = verify_every  # shadow-replay every Nth continued episode (0: never)
+    def __init__(self, verify_every: int = VERIFY_DOUBLING) -> None:
+        # Shadow-replay every Nth continued episode (0: never; VERIFY_DOUBLING: 1, 2, 4, ...).
+        self.verify_every = verify_every
         self.continued = 0  # episodes served without a replay (for metrics and tests)
         self.verified = 0  # shadow replays run
+        self._since_rebuild = 0  # continued episodes since the last full replay
         self.replays_only = False  # the orchestrator may rely on re-running (module doc)
+        self.reads_history = False  # its code reads context.histories (orchestration.py)
         self._since_check = 0
         self.reset()
 
@@ -102,8 +119,7 @@ class Session:
         self.shim: Shim | None = None
         self.covers = 0  # history events the SDK and the walk have been given
         self._last: Event | None = None  # the last of them (the same object, not a copy)
-        self._decoded = 0  # SDK actions serialised so far
-        self.unreleased: list[dict[str, Any]] = []  # decoded actions past shim.released
+        self._decoded = 0  # SDK actions whose timers are tracked
         self._timers: list[CreateTimerAction] = []  # decoded while not cancelled
         self.seen: Any = None  # orchestration's duplicate index of the history (opaque here)
         self.seen_covers = 0
@@ -128,15 +144,19 @@ class Session:
         )
 
     def shadow_due(self) -> bool:
-        """True if this continued episode (asked after ``advance``) is the one
-        ``verify_every`` checks."""
-        return bool(self.verify_every) and self._since_check >= self.verify_every
+        """True if this continued episode (asked after ``advance``) is one ``verify_every``
+        checks."""
+        if self.verify_every == VERIFY_DOUBLING:
+            since = self._since_rebuild
+            return since & (since - 1) == 0  # a power of two
+        return self.verify_every > 0 and self._since_check >= self.verify_every
 
-    def advance(self, events: list[Event]) -> str:
+    def advance(self, events: list[Event], first: int) -> str:
         """Feed the SDK ``events`` (every event added to the history since it last looked;
         it takes those it reads) and return its answer as ``get_orchestrator_state_str``
-        gives it, but listing only the actions added since the last answer. Raises as the
-        SDK's handle raises (the error carries that shorter state too)."""
+        gives it, but listing only the actions from number ``first`` on (the walk's
+        ``released``: those it has not started). Raises as the SDK's handle raises (the
+        error carries that shorter state too)."""
         assert self._orchestrator is not None and self._context is not None
         executor = self._orchestrator.task_orchestration_executor
         context = self._context
@@ -151,30 +171,34 @@ class Session:
         self._last = events[-1] if events else self._last
         self.continued += 1
         self._since_check += 1
+        self._since_rebuild += 1
         try:
             for index, event in enumerate(read):
                 parsed = HistoryEvent(**event)
-                context.histories.append(parsed)
+                context._histories.append(parsed)
                 executor._is_processing_new_events = index >= boundary
                 executor.process_event(parsed)
                 if executor.has_execution_completed:
                     break
-            return self._answer(tail=True)
+            return self._answer(first)
         finally:
             self._ended = executor.has_execution_completed
 
-    def _answer(self, tail: bool) -> str:
-        """The executor's state string; with ``tail``, listing only the undecoded actions."""
+    def _answer(self, first: int = 0) -> str:
+        """The executor's state string, listing the actions from number ``first`` on.
+
+        Actions not started yet are serialised again every episode, not kept from the one
+        that listed them: code may change an object it passed (an input, ``RetryOptions``)
+        before the action is started, and a replay would serialise it as it is now."""
         assert self._orchestrator is not None and self._context is not None
         executor = self._orchestrator.task_orchestration_executor
         context = self._context
-        if not tail or context._replay_schema is ReplaySchema.V1:
-            return executor.get_orchestrator_state_str()
         actions = context._action_payload_v2
-        new = actions[self._decoded :]
+        self._timers.extend(_timers(actions[self._decoded :]))
         self._decoded = len(actions)
-        self._timers.extend(_timers(new))
-        context._action_payload_v2 = new
+        if not first or context._replay_schema is ReplaySchema.V1:
+            return executor.get_orchestrator_state_str()
+        context._action_payload_v2 = actions[first:]
         try:
             return executor.get_orchestrator_state_str()
         finally:
@@ -188,7 +212,7 @@ class Session:
         """The SDK's whole answer as a replay gives it (every action), or the text of the
         error it raises instead (then True)."""
         try:
-            return self._answer(tail=False), False
+            return self._answer(), False
         except Exception as exc:  # noqa: BLE001 - the SDK reports failures by raising
             return str(exc), True
 
@@ -209,7 +233,7 @@ class Session:
         orchestrator = Orchestrator(fn)
         self._key, self._fn, self._stamp = key, fn, code_stamp(fn)
         self._orchestrator, self._context = orchestrator, context
-        self._since_check = 0
+        self._since_check = self._since_rebuild = 0
         try:
             return orchestrator.handle(context)
         finally:
@@ -219,19 +243,14 @@ class Session:
             self._decoded = len(actions)
             self._timers = _timers(actions)
 
-    def keep(self, shim: Shim, history: list[Event], actions: list[dict[str, Any]]) -> None:
-        """After a full walk: keep ``shim``, which walked all of ``history`` and ``actions``."""
+    def keep(self, shim: Shim, history: list[Event]) -> None:
+        """After a full walk: keep ``shim``, which walked all of ``history``."""
         self.shim = shim
         self.covers = len(history)
         self._last = history[-1] if history else None
-        self.unreleased = actions[shim.released :]
         if self._context is not None:
             self._timers = _timers(self._context._action_payload_v2)
-
-    def walked(self, pending: list[dict[str, Any]], first: int) -> None:
-        """After ``shim.walk(pending, first)``: keep the actions it has not released."""
-        assert self.shim is not None
-        self.unreleased = pending[self.shim.released - first :]
+            self._decoded = len(self._context._action_payload_v2)
 
     def verify(self, handle: Callable[[str], str], request: dict[str, Any]) -> None:
         """The shadow replay (module doc): raise ``NonDeterminismError`` if a full replay of

@@ -217,6 +217,40 @@ def test_a_shadow_replay_fails_code_that_decides_differently_when_re_run(monkeyp
     assert "action #0: a full replay asks for a call to activity 'step" in message
 
 
+def test_by_default_the_first_continued_episode_is_checked_so_re_run_drift_fails_at_once(
+    monkeypatch,
+):
+    CALLS.clear()
+    session = Session()  # the default schedule: continued episodes 1, 2, 4, 8, ...
+    d = session_driver(restless, session, monkeypatch)
+    d.start()
+    d.complete(0, None)  # the first continued episode
+
+    assert session.verified == 1
+    assert d.status == "Failed"
+    assert "Non-Deterministic workflow detected" in str(d.output)
+
+
+def long_chain(context: df.DurableOrchestrationContext):
+    total = 0
+    for step in range(20):
+        total += yield context.call_activity("say", step)
+    return total
+
+
+def test_by_default_shadow_replays_double_their_spacing(monkeypatch):
+    session = Session()
+    d = session_driver(long_chain, session, monkeypatch)
+    d.start()
+    for task_id in range(20):
+        d.complete(task_id, 1)
+
+    assert (d.status, d.output) == ("Completed", 20)
+    assert session.continued == 20
+    # Continued episodes 1, 2, 4, 8 and 16 were checked: 5 replays for 20 steps.
+    assert session.verified == 5
+
+
 def racing_a_retry(context: df.DurableOrchestrationContext):
     """A race whose losing timer is cancelled after the race: a full walk then finds the
     timer cancelled from the start, so the race resolves at once and the ids that follow

@@ -64,6 +64,24 @@ def rerun_adapter(context):
     return steps()
 
 
+def history_reader(context):
+    """A generator function deciding by ``context.histories``: by events a compact history
+    leaves out (TaskScheduled) and by what a replay shows a past step (the whole history),
+    which a session's step saw only up to its own episode."""
+    for step in range(3):
+        kinds = [e.event_type for e in context.histories]
+        scheduled = kinds.count(HistoryEventType.TASK_SCHEDULED)
+        yield context.call_activity("say", f"{step}: {len(kinds)} events, {scheduled} scheduled")
+    return len(context.histories)
+
+
+def run_history_reader(d: Driver) -> None:
+    d.start()
+    for task_id in range(3):
+        tick(d)
+        d.complete(task_id, "ok")
+
+
 def run_rerun_adapter(d: Driver) -> None:
     d.start()
     for task_id in range(2):
@@ -273,6 +291,7 @@ SCENARIOS: dict[str, tuple[Callable[..., Any], Callable[[Driver], None]]] = {
     "chain": (chain, run_chain),
     "fan_out": (fan_out, run_fan_out),
     "rerun_adapter": (rerun_adapter, run_rerun_adapter),
+    "history_reader": (history_reader, run_history_reader),
     "retry": (retrying, run_retrying),
     "timer_and_event": (racing, run_racing),
     "sub_orchestration": (with_child, run_child),
@@ -285,21 +304,24 @@ SCENARIOS: dict[str, tuple[Callable[..., Any], Callable[[Driver], None]]] = {
 }
 
 
+READERS = {"rerun_adapter", "history_reader"}  # scenarios whose code reads context.histories
+
+
 class RecordingSession(Session):
     """Logs the SDK's whole answer after every episode (a continued one serialises only the
     new actions; its whole answer is what a replay would have answered)."""
 
     def __init__(self, calls: list[tuple[str, str]]):
-        super().__init__()
+        super().__init__(verify_every=0)  # shadow replays are test_incremental_replay's
         self.calls = calls
 
     def _record(self, request: str) -> None:
         text, raised = self.full_answer()
         self.calls.append((request, f"raised: {text}" if raised else text))
 
-    def advance(self, events: list[dict[str, Any]]) -> str:
+    def advance(self, events: list[dict[str, Any]], first: int) -> str:
         try:
-            return super().advance(events)
+            return super().advance(events, first)
         finally:
             self._record(json.dumps({"history": replay.sdk_history(events)}))
 
@@ -339,10 +361,13 @@ def fast_replay(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]
     replay.install(False)
 
 
-def recorded(fn: Callable[..., Any]) -> tuple[Callable[[str], str], list[tuple[str, str]]]:
-    """The SDK handle of ``fn`` and a log of its (request, raw answer) per call."""
-    handle = df.Orchestrator.create(fn)
-    calls: list[tuple[str, str]] = []
+def recorded(
+    fn: Callable[..., Any], calls: list[tuple[str, str]] | None = None
+) -> tuple[Callable[[str], str], list[tuple[str, str]]]:
+    """The SDK handle of ``fn`` and a log of its (request, raw answer) per call (``calls``,
+    shared with a RecordingSession); a session still finds the orchestrator behind it."""
+    handle: Any = df.Orchestrator.create(fn)
+    calls = [] if calls is None else calls
 
     def wrapped(request: str) -> str:
         try:
@@ -354,6 +379,7 @@ def recorded(fn: Callable[..., Any]) -> tuple[Callable[[str], str], list[tuple[s
             raise Exception(answer.removeprefix("raised: "))  # noqa: TRY002 - as the SDK raises
         return answer
 
+    wrapped.orchestrator_function = handle.orchestrator_function  # type: ignore[attr-defined]
     return wrapped, calls
 
 
@@ -362,10 +388,9 @@ def play(name: str, mode: str, switch: Callable[..., None]) -> dict[str, Any]:
     fn, script = SCENARIOS[name]
     SEEN.clear()
     if mode == "session":
-        calls: list[tuple[str, str]] = []
-        session = RecordingSession(calls)
+        session = RecordingSession([])
         switch(True, session)
-        handle: Callable[[str], str] = df.Orchestrator.create(fn)
+        handle, calls = recorded(fn, session.calls)  # a plain replay instead is logged too
     else:
         session = None
         switch(mode in ("fast", "text"), text=mode == "text")
@@ -373,16 +398,21 @@ def play(name: str, mode: str, switch: Callable[..., None]) -> dict[str, Any]:
     d = Driver(handle, name=name)
     episodes: list[o.Episode] = []
     deliver = d.deliver
+    used: list[tuple[str, str]] = []  # the answer each episode decided by: its last call
 
     def keep(*messages: dict[str, Any]) -> o.Episode:
+        before = len(calls)
         episode = deliver(*messages)
         episodes.append(episode)
+        if len(calls) > before:
+            used.append(calls[-1])
         return episode
 
     d.deliver = keep  # type: ignore[method-assign]
     script(d)
     return {
-        "answers": [answer for _, answer in calls],
+        "answers": [answer for _, answer in used],
+        "calls": len(calls),
         "raw": [request for request, _ in calls],
         "requests": [json.loads(request)["history"] for request, _ in calls],
         "seen": list(SEEN),
@@ -408,6 +438,11 @@ def test_fast_replay_and_sessions_compute_what_the_plain_replay_computes(name, f
         assert other["answers"] == plain["answers"]  # actions, output, custom status, errors
         assert other["episodes"] == plain["episodes"]
         assert other["status"] == plain["status"] and other["output"] == plain["output"]
+    if name in READERS:
+        # Decided again by a plain replay after the read: the compact answers are discarded.
+        assert fast["calls"] > plain["calls"] and live["calls"] > plain["calls"]
+    else:
+        assert fast["calls"] == plain["calls"]  # nothing read, nothing decided twice
     assert fast["seen"] == plain["seen"]  # is_replaying, current_utc_datetime, new_uuid
     first_time = [seen for seen in plain["seen"] if not seen[1]]
     assert [seen for seen in live["seen"] if not seen[1]] == first_time
