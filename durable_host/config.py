@@ -9,9 +9,11 @@ Read from host.json: ``extensions.http.routePrefix`` (default ``api``),
 ``versionMatchStrategy`` / ``versionFailureStrategy`` (``versioning.py``; these and
 ``defaultVersion`` may be overridden by ``AzureFunctionsJobHost__extensions__durableTask__*``
 app settings, as the Functions host allows),
-``extendedSessionsEnabled`` (incremental replay, ``sessions.py``; default false, as in the
-extension; the app setting ``AzureFunctionsJobHost__extensions__durableTask__extendedSessionsEnabled``
-overrides it, and ``DURABLE_HOST_SESSIONS`` overrides both, ``0`` being the off switch),
+``extendedSessionsEnabled`` (incremental replay, ``sessions.py``; default true here, unlike
+the extension, because this host's sessions decide what a full replay decides - see
+docs/architecture.md, "Incremental replay"; ``false`` turns them off; the app setting
+``AzureFunctionsJobHost__extensions__durableTask__extendedSessionsEnabled`` overrides it, and
+``DURABLE_HOST_SESSIONS`` overrides both, ``0`` being the off switch),
 and the top-level ``functionTimeout`` (``hh:mm:ss``) applied to activities.
 
 App-setting references: a string value of ``extensions.durableTask`` written ``%Name%``
@@ -76,7 +78,7 @@ class HostConfig:
     overridable_states: tuple[str, ...] = NON_RUNNING
     # defaultVersion and the version match/failure strategies (versioning.py)
     versioning: VersionPolicy = field(default_factory=VersionPolicy)
-    extended_sessions: bool = False
+    extended_sessions: bool = True
 
 
 def parse_timespan(text: str) -> float:
@@ -151,7 +153,7 @@ def _extended_sessions(durable: Mapping[str, Any], settings: Mapping[str, str]) 
     value: Any = settings.get(name)
     if value is None:
         name = "extensions.durableTask.extendedSessionsEnabled"
-        value = durable.get("extendedSessionsEnabled", False)
+        value = durable.get("extendedSessionsEnabled", True)
     text = str(value).strip().lower()
     if text not in ("true", "false"):
         raise ConfigError(f"{name} {value!r} is not true or false")

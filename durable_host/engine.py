@@ -10,7 +10,7 @@ the timer loop.
 Nothing is kept in memory for a waiting instance: the ready set holds ids only, and
 the timer loop holds one due time - the earliest invisible message in the store - so
 ten thousand sleeping instances cost what one costs. The replay cache
-(``replay.HistoryCache``) holds the histories - and, with ``DURABLE_HOST_SESSIONS=1``, the
+(``replay.HistoryCache``) holds the histories - and, unless they are turned off, the
 live SDK sessions (``sessions.py``) - of *hot* instances only, those with an activity or
 message on its way, and drops an instance as soon as it waits, finishes, or a commit of it
 fails.
@@ -135,8 +135,9 @@ def _env_int(name: str, default: int) -> int:
 
 
 def _session_verify() -> int:
-    """``DURABLE_HOST_SESSION_VERIFY``: ``doubling`` (the default: continued episodes 1, 2,
-    4, ... after each rebuild), ``N`` (every Nth) or ``0`` (never); see sessions.py."""
+    """``DURABLE_HOST_SESSION_VERIFY``: ``doubling`` (the default: a full replay whenever the
+    history doubled since the last one), ``N`` (every Nth episode) or ``0`` (never); see
+    sessions.py."""
     name = "DURABLE_HOST_SESSION_VERIFY"
     value = os.environ.get(name, "").strip()
     if value.lower() == "doubling":
@@ -196,13 +197,12 @@ class Engine:
             "DURABLE_HOST_POISON_ATTEMPTS", MAX_ACTIVITY_ATTEMPTS
         )
         self.cache = _history_cache(self.fast_replay)
-        # Off by default: a session skips the replay, and with it the check that catches
-        # orchestrator code that is not deterministic (sessions.py).
-        # host.json's extendedSessionsEnabled turns them on; DURABLE_HOST_SESSIONS overrides.
+        # On unless host.json's extendedSessionsEnabled is false; DURABLE_HOST_SESSIONS
+        # overrides. A session checks determinism when it is rebuilt, or every Nth episode.
         self.sessions = self.fast_replay and _env_flag(
             "DURABLE_HOST_SESSIONS", config.extended_sessions
         )
-        # DURABLE_HOST_SESSION_VERIFY: which continued episodes a shadow replay checks.
+        # DURABLE_HOST_SESSION_VERIFY: which episodes of a session replay in full anyway.
         self.session_verify = _session_verify()
         # One commit per step (DURABLE_HOST_STEP_COMMIT=0 turns it off, for comparisons):
         # an activity's result is committed with the episode it unblocks, and a commit

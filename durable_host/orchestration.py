@@ -526,6 +526,9 @@ def _live(
     key = view.execution_id or ""
     if not session.can_continue(handle, key, history):
         return _rebuild(handle, view, history, prefix, started, now, session, default_version)
+    if session.check_due(history):
+        session.checks += 1  # a full replay on schedule: it checks determinism (sessions.py)
+        return _rebuild(handle, view, history, prefix, started, now, session, default_version)
     events = [*history[session.covers :], *prefix]
     shim = session.shim
     assert shim is not None
@@ -533,8 +536,6 @@ def _live(
         return _rebuild(handle, view, history, prefix, started, now, session, default_version)
     first = shim.released
     decided = _answer(lambda: session.advance(events, first))
-    if session.shadow_due():
-        session.verify(handle, _request(view.instance_id, [*history, *prefix], started, True))
     if decided.raw_failure is not None:
         return decided, None, False
     if session.timer_cancelled():

@@ -41,17 +41,17 @@ cannot continue when:
 * an action the SDK already listed changed afterwards (a timer cancelled later): the walk
   cannot follow a change behind its cursor, so that episode walks the whole list again.
 
-Shadow replays (``verify_every``, ``DURABLE_HOST_SESSION_VERIFY``): a continued episode may
-also run a full replay with fresh SDK objects and compare its whole answer (every action,
-output, custom status, failure) with the session's; a difference fails the instance with a
-``NonDeterminismError`` naming the first differing action, before the episode commits
-anything. By default (``VERIFY_DOUBLING``) the 1st, 2nd, 4th, 8th, ... continued episode
-after each rebuild is checked: code that decides differently when re-run (a clock, a random
-number, I/O) is caught at its first continued episode, as a full replay would catch it, and
-the checks of an instance with n steps replay about 2n steps in all - a constant cost per
-step, where replaying every episode costs n. ``N`` checks every Nth continued episode,
-``0`` none (the extension's extended sessions): then such code is caught only when its
-session is rebuilt.
+Scheduled full replays (``verify_every``, ``DURABLE_HOST_SESSION_VERIFY``): some episodes
+that could continue are rebuilt instead - a full replay, the episode a session-less host
+runs - so the walk checks every recorded action against the history there too, and code
+that decides differently when re-run (a clock, a random number, I/O) fails with the named
+mismatch, exactly as a full replay fails it. By default (``VERIFY_DOUBLING``) an episode is
+replayed in full once the history has doubled since the last full replay: the checks of an
+instance cost about two replays of its final history in all - a constant cost per step,
+where replaying every episode costs one replay per step - and a young instance, whose
+history doubles within a step or two, is checked at once. ``N`` replays every Nth
+episode in full, ``0`` none (the extension's extended sessions: such code is caught only
+when its session is rebuilt for another reason).
 
 Equivalence is pinned by tests/unit/durable_host/test_replay_equivalence.py (every scenario,
 sessions against plain and fast replays, byte for byte) and test_incremental_replay.py
@@ -77,7 +77,7 @@ from azure.durable_functions.orchestrator import Orchestrator
 
 from durable_host import replay
 from durable_host.history import Event, EventType
-from durable_host.shim import NON_DETERMINISTIC, NonDeterminismError, Shim, describe_action
+from durable_host.shim import Shim
 
 
 def code_stamp(fn: Callable[..., Any]) -> tuple[int, int, int]:
@@ -90,7 +90,7 @@ def code_stamp(fn: Callable[..., Any]) -> tuple[int, int, int]:
         return id(fn), 0, 0
 
 
-VERIFY_DOUBLING = -1  # ``verify_every``: check continued episodes 1, 2, 4, 8, ... (module doc)
+VERIFY_DOUBLING = -1  # ``verify_every``: a full replay whenever the history doubled (module doc)
 
 
 class Session:
@@ -98,14 +98,12 @@ class Session:
     time uses it, as the engine runs one episode at a time per instance."""
 
     def __init__(self, verify_every: int = VERIFY_DOUBLING) -> None:
-        # Shadow-replay every Nth continued episode (0: never; VERIFY_DOUBLING: 1, 2, 4, ...).
+        # Which episodes replay in full although they could continue (module doc).
         self.verify_every = verify_every
         self.continued = 0  # episodes served without a replay (for metrics and tests)
-        self.verified = 0  # shadow replays run
-        self._since_rebuild = 0  # continued episodes since the last full replay
+        self.checks = 0  # episodes replayed in full by that schedule
         self.replays_only = False  # the orchestrator may rely on re-running (module doc)
         self.reads_history = False  # its code reads context.histories (orchestration.py)
-        self._since_check = 0
         self.reset()
 
     def reset(self) -> None:
@@ -123,6 +121,8 @@ class Session:
         self._timers: list[CreateTimerAction] = []  # decoded while not cancelled
         self.seen: Any = None  # orchestration's duplicate index of the history (opaque here)
         self.seen_covers = 0
+        self._since_rebuild = 0  # episodes continued since the last full replay
+        self._rebuilt_at = 0  # history events the last full replay covered
 
     # --- continuing ---------------------------------------------------------------------
 
@@ -143,13 +143,11 @@ class Session:
             and code_stamp(fn) == self._stamp
         )
 
-    def shadow_due(self) -> bool:
-        """True if this continued episode (asked after ``advance``) is one ``verify_every``
-        checks."""
+    def check_due(self, history: list[Event]) -> bool:
+        """True if this episode, which could continue, replays in full (module doc)."""
         if self.verify_every == VERIFY_DOUBLING:
-            since = self._since_rebuild
-            return since & (since - 1) == 0  # a power of two
-        return self.verify_every > 0 and self._since_check >= self.verify_every
+            return len(history) >= 2 * self._rebuilt_at
+        return 0 < self.verify_every <= self._since_rebuild + 1
 
     def advance(self, events: list[Event], first: int) -> str:
         """Feed the SDK ``events`` (every event added to the history since it last looked;
@@ -170,7 +168,6 @@ class Session:
         self.covers += len(events)
         self._last = events[-1] if events else self._last
         self.continued += 1
-        self._since_check += 1
         self._since_rebuild += 1
         try:
             for index, event in enumerate(read):
@@ -233,7 +230,6 @@ class Session:
         orchestrator = Orchestrator(fn)
         self._key, self._fn, self._stamp = key, fn, code_stamp(fn)
         self._orchestrator, self._context = orchestrator, context
-        self._since_check = self._since_rebuild = 0
         try:
             return orchestrator.handle(context)
         finally:
@@ -248,27 +244,11 @@ class Session:
         self.shim = shim
         self.covers = len(history)
         self._last = history[-1] if history else None
+        if not self._since_rebuild:  # after a full replay (not a full walk of a session)
+            self._rebuilt_at = max(1, len(history))
         if self._context is not None:
             self._timers = _timers(self._context._action_payload_v2)
             self._decoded = len(self._context._action_payload_v2)
-
-    def verify(self, handle: Callable[[str], str], request: dict[str, Any]) -> None:
-        """The shadow replay (module doc): raise ``NonDeterminismError`` if a full replay of
-        ``request`` with fresh objects answers differently from this session."""
-        self.verified += 1
-        self._since_check = 0
-        try:
-            replayed = handle(json.dumps(request))
-        except Exception as exc:  # noqa: BLE001 - the SDK reports failures by raising
-            replayed = str(exc)
-        live, _ = self.full_answer()
-        if replayed != live:
-            raise NonDeterminismError(
-                f"{NON_DETERMINISTIC}: a full replay of the history decides differently from"
-                f" the instance's live session: {_difference(replayed, live)}. Orchestrator"
-                " code must decide the same way every time it runs over the same history"
-                " (no clock, random numbers, I/O or global state outside the context)."
-            )
 
 
 def _timers(actions: list[Any]) -> list[CreateTimerAction]:
@@ -283,36 +263,3 @@ def _timers(actions: list[Any]) -> list[CreateTimerAction]:
         elif isinstance(action, CompoundAction):
             stack.extend(action.compound_tasks)
     return found
-
-
-def _difference(replayed: str, live: str) -> str:
-    """The first thing a full replay's answer says differently from the session's."""
-    first, second = _state(replayed), _state(live)
-    if first is None or second is None:
-        return f"a full replay answers {replayed[:200]!r}, the session {live[:200]!r}"
-    ours = [a for group in first.get("actions") or [] for a in group]
-    theirs = [a for group in second.get("actions") or [] for a in group]
-    for index in range(max(len(ours), len(theirs))):
-        mine = ours[index] if index < len(ours) else None
-        kept = theirs[index] if index < len(theirs) else None
-        if mine != kept:
-            return (
-                f"action #{index}: a full replay asks for {describe_action(mine)},"
-                f" the session asked for {describe_action(kept)}"
-            )
-    for field in ("isDone", "output", "error", "customStatus"):
-        if first.get(field) != second.get(field):
-            return (
-                f"{field}: a full replay gives {json.dumps(first.get(field))[:200]},"
-                f" the session {json.dumps(second.get(field))[:200]}"
-            )
-    return "the answers differ in form"
-
-
-def _state(answer: str) -> dict[str, Any] | None:
-    text = answer.partition("$OutOfProcData$:")[2] or answer
-    try:
-        value = json.loads(text.split("\nStack:", 1)[0])
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None

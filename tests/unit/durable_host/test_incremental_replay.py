@@ -6,8 +6,8 @@ into their episodes and fed to a live session one episode at a time; at every ep
 decisions - new events, messages, done, output, error, custom status - must equal those of
 a full replay of the same history. The other tests pin the safety rules: a session rebuilt
 after a code change fails the instance with the named mismatch, a change of the source file
-on disk ends the session, a shadow replay catches code that decides differently when re-run,
-and a timer cancelled behind the walk's cursor gives what a full walk gives.
+on disk ends the session, a full replay on schedule catches code that decides differently when
+re-run, and a timer cancelled behind the walk's cursor gives what a full walk gives.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def test_a_session_decides_every_episode_of_a_golden_history_as_a_full_replay(pa
     events = recorded["events"]
     started = next(e for e in events if e["EventType"] == EventType.EXECUTION_STARTED)
     execution_id = started["OrchestrationInstance"]["ExecutionId"]
-    session = Session()
+    session = Session(verify_every=0)  # every episode that can continue does
     cuts = list(episodes(events))
     assert len(cuts) >= 2, "a golden history has more than one episode"
     for start, end in cuts:
@@ -141,7 +141,7 @@ def session_driver(fn: Callable[..., Any], session: Session, monkeypatch) -> Dri
 
 
 def test_a_changed_orchestrator_is_caught_when_the_live_session_is_rebuilt(monkeypatch):
-    session = Session()
+    session = Session(verify_every=0)  # rebuilt only by the change
     d = session_driver(say_chain, session, monkeypatch)
     d.start()
     d.complete(0, "a")
@@ -174,7 +174,7 @@ def test_a_change_of_the_orchestrator_source_on_disk_ends_the_live_session(tmp_p
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "deployed_chain", module)
     spec.loader.exec_module(module)
-    session = Session()
+    session = Session(verify_every=0)  # rebuilt only by the change
     d = session_driver(module.chain, session, monkeypatch)
     d.start()
     d.complete(0, 1)
@@ -200,55 +200,62 @@ def restless(context: df.DurableOrchestrationContext):
     return "done"
 
 
-def test_a_shadow_replay_fails_code_that_decides_differently_when_re_run(monkeypatch):
+def test_a_scheduled_full_replay_fails_code_that_decides_differently_when_re_run(monkeypatch):
     CALLS.clear()
-    session = Session(verify_every=2)
+    session = Session(verify_every=2)  # every second episode of a session replays in full
     d = session_driver(restless, session, monkeypatch)
     d.start()
     d.complete(0, None)
-    assert d.status == "Running"
-    d.complete(1, None)  # the second continued episode is checked
+    assert d.status == "Running" and session.continued == 1
+    d.complete(1, None)  # replayed in full: the code now asks for other activities
 
-    assert session.verified == 1
+    assert session.checks == 1
     assert d.status == "Failed"
     message = str(d.output)
     assert "Non-Deterministic workflow detected" in message
-    assert "a full replay of the history decides differently from the instance's live" in message
-    assert "action #0: a full replay asks for a call to activity 'step" in message
+    assert "activity 'step1'" in message  # what history recorded, named
 
 
-def test_by_default_the_first_continued_episode_is_checked_so_re_run_drift_fails_at_once(
-    monkeypatch,
-):
+def test_by_default_a_young_instance_is_replayed_in_full_at_once(monkeypatch):
     CALLS.clear()
-    session = Session()  # the default schedule: continued episodes 1, 2, 4, 8, ...
+    session = Session()  # the default schedule: a full replay whenever the history doubled
     d = session_driver(restless, session, monkeypatch)
     d.start()
-    d.complete(0, None)  # the first continued episode
+    d.complete(0, None)  # the history doubled since the first episode
 
-    assert session.verified == 1
+    assert session.checks == 1 and session.continued == 0
     assert d.status == "Failed"
     assert "Non-Deterministic workflow detected" in str(d.output)
 
 
 def long_chain(context: df.DurableOrchestrationContext):
     total = 0
-    for step in range(20):
+    for step in range(40):
         total += yield context.call_activity("say", step)
     return total
 
 
-def test_by_default_shadow_replays_double_their_spacing(monkeypatch):
+def test_by_default_full_replays_come_when_the_history_doubled(monkeypatch):
     session = Session()
+    replayed_at: list[int] = []
+    original = Session.rebuild
+
+    def rebuild(self: Session, handle: Any, key: str, request: dict[str, Any]) -> str:
+        replayed_at.append(len(request["history"]))  # the events the SDK reads
+        return original(self, handle, key, request)
+
+    monkeypatch.setattr(Session, "rebuild", rebuild)
     d = session_driver(long_chain, session, monkeypatch)
     d.start()
-    for task_id in range(20):
+    for task_id in range(40):
         d.complete(task_id, 1)
 
-    assert (d.status, d.output) == ("Completed", 20)
-    assert session.continued == 20
-    # Continued episodes 1, 2, 4, 8 and 16 were checked: 5 replays for 20 steps.
-    assert session.verified == 5
+    assert (d.status, d.output) == ("Completed", 40)
+    assert session.checks == len(replayed_at) - 1  # every rebuild but the first is scheduled
+    assert session.continued + len(replayed_at) == 41  # every episode one way or the other
+    # The history doubles between checks: a handful for 40 steps, not one per step.
+    assert 3 <= session.checks <= 7
+    assert replayed_at == sorted(replayed_at) and replayed_at[-1] >= 8 * replayed_at[1]
 
 
 def racing_a_retry(context: df.DurableOrchestrationContext):

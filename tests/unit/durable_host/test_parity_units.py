@@ -397,6 +397,7 @@ async def _finished(engine: Engine, instance_id: str):
 def test_with_sessions_on_later_steps_continue_the_live_orchestration(tmp_path):
     async def body(engine: Engine, client: DurableClient) -> None:
         engine.set_fast_replay(True, with_sessions=True)
+        engine.session_verify = 0  # no full replays on schedule: every step may continue
         await client.start("steps", "live", None)
 
         done = await until(lambda: _finished(engine, "live"))

@@ -312,7 +312,7 @@ class RecordingSession(Session):
     new actions; its whole answer is what a replay would have answered)."""
 
     def __init__(self, calls: list[tuple[str, str]]):
-        super().__init__(verify_every=0)  # shadow replays are test_incremental_replay's
+        super().__init__(verify_every=0)  # scheduled full replays: test_incremental_replay
         self.calls = calls
 
     def _record(self, request: str) -> None:
@@ -498,7 +498,7 @@ def test_a_verifying_session_replays_every_nth_episode_with_the_same_results(fas
 
     assert (d.status, d.output) == (plain["status"], plain["output"])
     assert [answer for _, answer in calls] == plain["answers"]
-    assert session.continued == 3 and session.verified == 1  # the second result was checked
+    assert session.continued == 2 and session.checks == 1  # the second result: a full replay
 
 
 def changed_chain(context):

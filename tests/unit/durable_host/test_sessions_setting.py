@@ -1,5 +1,5 @@
-"""Incremental replay is opted into by host.json's extendedSessionsEnabled, as on Azure (or
-the app setting the Functions host maps onto it); DURABLE_HOST_SESSIONS overrides it either
+"""Incremental replay is on unless host.json's extendedSessionsEnabled is false (or the app
+setting the Functions host maps onto it says so); DURABLE_HOST_SESSIONS overrides it either
 way, 0 turning it off."""
 
 from __future__ import annotations
@@ -19,18 +19,20 @@ APP = Path(__file__).resolve().parents[2] / "apps" / "parity"
 @pytest.mark.parametrize(
     ("setting", "env", "expected"),
     [
-        (None, None, False),
+        (None, None, True),
         (True, None, True),
         ("true", None, True),
         (False, None, False),
+        ("FALSE", None, False),
         (True, "0", False),
-        (None, "1", True),
+        (None, "0", False),
+        (False, "1", True),
     ],
 )
 def test_extended_sessions_setting(tmp_path, monkeypatch, setting, env, expected):
     durable = {} if setting is None else {"extendedSessionsEnabled": setting}
     config = config_mod.parse_host_json(tmp_path, {"extensions": {"durableTask": durable}})
-    assert config.extended_sessions is (setting in (True, "true"))
+    assert config.extended_sessions is (setting not in (False, "FALSE"))
     if env is None:
         monkeypatch.delenv("DURABLE_HOST_SESSIONS", raising=False)
     else:
