@@ -5,8 +5,10 @@ on a noisy machine):
 
 * floors: one durable SQLite commit (WAL, synchronous=FULL), one loopback HTTP request to
   the host, one Azurite round trip (a table point read);
-* the host (``bench/app``) on SQLite, with and without incremental replay
-  (``DURABLE_HOST_SESSIONS=1``), and on Azure Storage (an in-memory Azurite): a chain of
+* the host (``bench/app``) on SQLite in its default configuration (incremental replay, with
+  a full replay whenever an instance's history doubled) and with a full replay every episode
+  (``DURABLE_HOST_SESSIONS=0``, ``ours_sqlite_full``), and on Azure Storage (an in-memory
+  Azurite, default configuration): a chain of
   N no-op activities (ms per step), a fan-out of N activities, M orchestrations of 5 steps
   started at once, external-event latency (raise to completed), timer latency (completed
   minus due), entity calls from an orchestration (ms per call), one agent round of the
@@ -252,7 +254,7 @@ def main() -> int:
     hosts: dict[str, HostProcess] = {}
     for name, env in (
         ("ours_sqlite", {}),
-        ("ours_sqlite_sessions", {"DURABLE_HOST_SESSIONS": "1"}),
+        ("ours_sqlite_full", {"DURABLE_HOST_SESSIONS": "0"}),
     ):
         hosts[name] = HostProcess(ROOT / "bench" / "app", f"sqlite:{tmp / name}.db", env=env)
     if not args.no_azure:
@@ -327,7 +329,7 @@ def _by_metric(values: list[dict[str, float]]) -> dict[str, dict[str, float]]:
 
 def ratios(workloads: dict[str, dict[str, dict[str, float]]]) -> dict[str, float]:
     out = {}
-    for ours in ("ours_sqlite", "ours_sqlite_sessions", "ours_azure"):
+    for ours in ("ours_sqlite", "ours_sqlite_full", "ours_azure"):
         for dbos in ("dbos_delete", "dbos_wal"):
             if ours not in workloads:
                 continue
