@@ -140,6 +140,10 @@ async def known_status(
     held = (state or {}).get("submissions", {}).get(submission_id)
     if held is not None:
         return str(held["status"])
+    # Sealed out of the head: its turn's history may have been purged (history retention).
+    sealed = session_pages.sealed_submission(state, submission_id) if state else None
+    if sealed is not None:
+        return str(sealed["submission"]["status"])
     existing = await client.get_status(ids.turn_instance_id(session_id, submission_id))
     return "accepted" if existing and existing.runtime_status else None
 

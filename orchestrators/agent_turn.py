@@ -37,6 +37,14 @@ A turn never blocks its session's queue:
   what still runs under it, and hand the turn to the next submission, and so on.
 Both add actions only where the old code ended or failed, so instances running the old code
 replay unchanged.
+
+5. History retention: last of all, once the turn is handed over, the ``purge_settled``
+   activity purges the orchestration histories of the session's earlier settled submissions
+   whose retention (``AGENT_HISTORY_RETENTION``) has passed. It comes after the point where
+   the old code returned, so an instance that started on the old code replays unchanged and
+   just takes this step at its end. A purge that fails or is refused (a bad setting) never
+   fails the turn: the problem shows in the custom status (``retention``) and the next
+   submission's pass tries again.
 """
 
 from __future__ import annotations
@@ -262,7 +270,27 @@ def finish_and_hand_over(
             yield from settle_turn(context, entity, job["session_id"], None)
     final = stored.get("status", final)
     set_phase(context, "done", status=final)
+    problem = yield from purge_settled(context, job["session_id"])
+    if problem:
+        set_phase(context, "done", status=final, retention=problem)
     return {"ok": True, "status": final, "answer": answer, "reason": reason, "duplicate": False}
+
+
+def purge_settled(
+    context: df.DurableOrchestrationContext, session_id: str
+) -> Generator[Any, Any, str | None]:
+    """Purge the histories of the session's settled submissions whose retention has passed
+    (``activities.retention``); the problem to show, if any. Never raises: the turn is over,
+    and the next submission's pass tries again."""
+    try:
+        done = yield context.call_activity(
+            "purge_settled", {"session_id": session_id, "turn_instance_id": context.instance_id}
+        )
+    except Exception as exc:  # noqa: BLE001 - retention must never fail a finished turn
+        return scrub(str(exc))[:300]
+    if isinstance(done, dict) and not done.get("ok", True):
+        return scrub(str(done.get("message")))[:300]
+    return None
 
 
 def settle_turn(
