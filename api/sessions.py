@@ -122,6 +122,9 @@ def submission_job(
         "submission_id": ids.submission_id(session_id, submission.request_id),
         **(owner or {}),
         **submission.options,  # a loop run's tools and policy (agent_run applies them)
+        # The turn purges settled histories at its end (history retention) only when its input
+        # says so: turns started before carry no flag and replay unchanged.
+        "purge_settled": True,
     }
     if content.needs_reference(submission.text):
         job["text_ref"] = default_store().put(submission.text)
