@@ -226,3 +226,23 @@ def test_a_kill_in_the_middle_of_a_purge_is_finished_after_the_restart(host_with
         (second, "completed"),
     ]
     assert submission(host, "retk", first)["status"] == "completed"
+
+
+def test_a_retry_of_a_sealed_and_purged_submission_is_still_a_duplicate(host_with):
+    """Sealed out of the head and purged: the API finds the submission in the sealed records,
+    so the retry neither starts a turn again nor claims to be new."""
+    host = host_with("0", AGENT_SESSION_PAGE_SIZE="4").start()
+    subs = []
+    for i in range(1, 4):
+        subs.append(submit(host, "rets", f"calculate {i}*2", request_id=f"r{i}"))
+        wait_final(host, "rets", subs[-1], timeout=60)
+        turn_done(host, "rets", subs[-1])
+    assert subs[0] not in view(host, "rets")["submissions"]  # sealed
+    assert owned(host, "rets", subs[0]) == []  # purged
+
+    retried = host.post("/api/sessions/rets/submissions", {"requestId": "r1", "text": "again"})
+    body = retried.json()
+    assert (retried.status, body["submissionId"], body["duplicate"]) == (202, subs[0], True)
+    assert body["status"] == "completed"
+    assert owned(host, "rets", subs[0]) == []  # no turn started again
+    assert submission(host, "rets", subs[0])["status"] == "completed"
