@@ -13,6 +13,7 @@ from activities import (
     model_background,
     notice_session,
     operator_notice,
+    retention,
     skills,
     tools,
 )
@@ -67,5 +68,7 @@ for blueprint in (
     skill_run.bp,
     skills.bp,
     skill_routes.bp,
+    # History retention of settled submissions (docs/kernel-session.md).
+    retention.bp,
 ):
     app.register_functions(blueprint)

@@ -122,6 +122,9 @@ def submission_job(
         "submission_id": ids.submission_id(session_id, submission.request_id),
         **(owner or {}),
         **submission.options,  # a loop run's tools and policy (agent_run applies them)
+        # The turn purges settled histories at its end (history retention) only when its input
+        # says so: turns started before carry no flag and replay unchanged.
+        "purge_settled": True,
     }
     if content.needs_reference(submission.text):
         job["text_ref"] = default_store().put(submission.text)
@@ -140,6 +143,10 @@ async def known_status(
     held = (state or {}).get("submissions", {}).get(submission_id)
     if held is not None:
         return str(held["status"])
+    # Sealed out of the head: its turn's history may have been purged (history retention).
+    sealed = session_pages.sealed_submission(state, submission_id) if state else None
+    if sealed is not None:
+        return str(sealed["submission"]["status"])
     existing = await client.get_status(ids.turn_instance_id(session_id, submission_id))
     return "accepted" if existing and existing.runtime_status else None
 

@@ -25,12 +25,15 @@ client's polling does not count), and at each checkpoint (10, 100, 1,000, ... tu
 At the end: the median of the first and of the last ``--window`` submissions of the long
 session and their ratio, and the fresh sessions' medians at the first and last checkpoint.
 
-``--purge-settled`` purges each submission's orchestrations (turn, run, rounds, tool tasks)
-once the next submission has finished, outside the timed span: the hub then holds the session
-and recent work only, which separates what the session costs from what a growing hub costs.
+``--retention VALUE`` sets the app's history retention, ``AGENT_HISTORY_RETENTION``, for the
+host: ``0`` purges each submission's orchestrations (turn, run, rounds, tool tasks) from the
+turn of the next submission, after that one is final and handed over, so the purge is outside
+every submission's measured span but shares the host with the following submissions; ``off``
+purges nothing; a duration such as ``90s`` or ``7d`` purges what is older. Without it the host
+runs the app's default. The header and the summary name the retention used.
 
 Usage: ``python bench/session_scale.py [--store sqlite|azure] [--submissions 1000]
-[--checkpoints 10,100,1000] [--control 5] [--poll 0.25] [--purge-settled] [--times FILE]``
+[--checkpoints 10,100,1000] [--control 5] [--poll 0.25] [--retention 0] [--times FILE]``
 """
 
 from __future__ import annotations
@@ -41,7 +44,6 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.parse
 import urllib.request
 from datetime import datetime
 from pathlib import Path
@@ -51,7 +53,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.kernel_client import FINAL, kernel_env, submit
-from durable_host.testing import WEBHOOK, HostProcess, wait_for
+from durable_host.testing import HostProcess, wait_for
+from kernel.retention import DEFAULT_RETENTION, SETTING, parse_retention
 
 ROUNDS_PER_SUBMISSION = 3  # calculate, remember, answer
 
@@ -105,20 +108,6 @@ def one_submission(host: HostProcess, session: str, i: int, poll: float) -> tupl
     return sub, seconds(view["accepted_at"], view["finished_at"]) * 1000
 
 
-def purge_submission(host: HostProcess, session: str, sub: str) -> int:
-    """Purge the ended orchestrations of a settled submission (its turn, run, rounds and tool
-    tasks) through the management API, as a history-retention policy would: what stays in
-    the hub is the session entity and the orchestrations of recent submissions."""
-    purged = 0
-    for prefix in (f"{session}:turn:{sub}", f"{sub}:"):
-        query = urllib.parse.urlencode({"instanceIdPrefix": prefix, "showInput": "false"})
-        for status in host.get(f"{WEBHOOK}/instances?{query}").json() or []:
-            if status["runtimeStatus"] in ("Completed", "Failed", "Terminated"):
-                instance = urllib.parse.quote(status["instanceId"], safe="")
-                purged += host.request("DELETE", f"{WEBHOOK}/instances/{instance}").status == 200
-    return purged
-
-
 class HubProbe:
     """The hub table as Azurite holds it: its row count and the time of one partition query."""
 
@@ -151,9 +140,9 @@ def main() -> int:
     )
     parser.add_argument("--poll", type=float, default=0.25, help="seconds between status reads")
     parser.add_argument(
-        "--purge-settled",
-        action="store_true",
-        help="purge each submission's orchestrations once the next one finished (retention)",
+        "--retention",
+        help="the app's AGENT_HISTORY_RETENTION for the host (0, 90s, 7d, off; default: the "
+        f"app's default, {DEFAULT_RETENTION})",
     )
     parser.add_argument("--times", type=Path, help="append each submission's ms to this file")
     args = parser.parse_args()
@@ -162,6 +151,10 @@ def main() -> int:
     )
     tmp = Path(tempfile.mkdtemp(prefix="bench-session-"))
     env = kernel_env(tmp)
+    if args.retention is not None:
+        parse_retention(args.retention)  # refuse a bad value here, not in the host's log
+        env[SETTING] = args.retention
+    kept = args.retention if args.retention is not None else f"default ({DEFAULT_RETENTION})"
     emulator = None
     probe = None
     if args.store == "azure":
@@ -182,21 +175,18 @@ def main() -> int:
     )
     if probe is not None:
         header += f" {'requests/sub':>13} {'hub rows':>9} {'query ms':>9}"
+    print(f"store {args.store}, history retention {kept}", flush=True)
     print(header, flush=True)
     try:
         started = time.perf_counter()
         last = 0
         before = metrics(host)
-        previous = None
         for i in range(1, args.submissions + 1):
-            sub, ms = one_submission(host, SESSION, i, args.poll)
+            _, ms = one_submission(host, SESSION, i, args.poll)
             times.append(ms)
             if args.times is not None:
                 with args.times.open("a") as out:
                     out.write(f"{ms:.1f}\n")
-            if args.purge_settled and previous is not None:
-                purge_submission(host, SESSION, previous)
-            previous = sub
             if i not in checkpoints:
                 if i % 50 == 0:
                     print(
@@ -237,9 +227,8 @@ def main() -> int:
             emulator.stop()
     w = min(args.window, len(times) // 2) or 1
     first, last_ = statistics.median(times[:w]), statistics.median(times[-w:])
-    purged = ", orchestrations of settled submissions purged" if args.purge_settled else ""
     print(
-        f"\nstore {args.store}{purged}, {len(times)} submissions of one session; "
+        f"\nstore {args.store}, history retention {kept}, {len(times)} submissions of one session; "
         f"host peak RSS {rss:.0f} MiB"
     )
     print(

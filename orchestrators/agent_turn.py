@@ -37,6 +37,15 @@ A turn never blocks its session's queue:
   what still runs under it, and hand the turn to the next submission, and so on.
 Both add actions only where the old code ended or failed, so instances running the old code
 replay unchanged.
+
+5. History retention: last of all, once the turn is handed over, the ``purge_settled``
+   activity purges the orchestration histories of the session's earlier settled submissions
+   whose retention (``AGENT_HISTORY_RETENTION``) has passed. Only a turn whose input says
+   ``purge_settled`` (the API sets it, recorded once in the input like ``tool_task``'s
+   ``declarations``) takes this step, so a turn started before replays exactly its recorded
+   history (the golden histories pin that); ``agent_run`` gets the job without the flag. A
+   purge that fails or is refused (a bad setting) never fails the turn: the problem shows in
+   the custom status (``retention``) and the next submission's pass tries again.
 """
 
 from __future__ import annotations
@@ -119,6 +128,11 @@ def finish_commit(
     return request
 
 
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """The job ``agent_run`` gets: the turn's own without the turn's flags."""
+    return {key: value for key, value in job.items() if key != "purge_settled"}
+
+
 def task_update(
     turn_id: str, task_status: str, phase: str, version: str | None = None
 ) -> dict[str, Any]:
@@ -197,7 +211,7 @@ def run_and_finish(
     try:
         outcome = yield context.call_sub_orchestrator(
             "agent_run",
-            {**job, "turn_instance_id": turn_id},
+            {**run_job(job), "turn_instance_id": turn_id},
             ids.child_task_id(turn_id, "run"),
             version=child_version(context),
         )
@@ -262,7 +276,28 @@ def finish_and_hand_over(
             yield from settle_turn(context, entity, job["session_id"], None)
     final = stored.get("status", final)
     set_phase(context, "done", status=final)
+    if job.get("purge_settled"):
+        problem = yield from purge_settled(context, job["session_id"])
+        if problem:
+            set_phase(context, "done", status=final, retention=problem)
     return {"ok": True, "status": final, "answer": answer, "reason": reason, "duplicate": False}
+
+
+def purge_settled(
+    context: df.DurableOrchestrationContext, session_id: str
+) -> Generator[Any, Any, str | None]:
+    """Purge the histories of the session's settled submissions whose retention has passed
+    (``activities.retention``); the problem to show, if any. Never raises: the turn is over,
+    and the next submission's pass tries again."""
+    try:
+        done = yield context.call_activity(
+            "purge_settled", {"session_id": session_id, "turn_instance_id": context.instance_id}
+        )
+    except Exception as exc:  # noqa: BLE001 - retention must never fail a finished turn
+        return scrub(str(exc))[:300]
+    if isinstance(done, dict) and not done.get("ok", True):
+        return scrub(str(done.get("message")))[:300]
+    return None
 
 
 def settle_turn(
