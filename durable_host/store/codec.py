@@ -9,6 +9,8 @@ episode writes to the instance row. Pure; imports only ``records`` and the port'
   purge a running instance by filter).
 * An episode writes the instance's output when it ends the execution with one
   (``OUTPUT_STATUSES``) or rewrites the history (a rewind clears the output).
+* ``prefix_bound`` turns an instance-id prefix into a key range, so a prefix query reads the
+  matching keys only (an index range on SQLite, a PartitionKey range on Azure).
 """
 
 from __future__ import annotations
@@ -24,6 +26,16 @@ OUTPUT_STATUSES: frozenset[str] = frozenset(
     {RuntimeStatus.COMPLETED, RuntimeStatus.FAILED, RuntimeStatus.TERMINATED}
 )
 UNDECODABLE_TEXT = 200  # characters of an undecodable message kept for the log
+
+
+def prefix_bound(prefix: str) -> str | None:
+    """The least string above every string that starts with ``prefix`` (the prefix with its
+    last character incremented), or None when there is no such bound that sorts the same
+    way in code points, UTF-8 and UTF-16 (a last character from U+D7FF up, where UTF-16
+    puts astral characters below the rest of the plane): then scan, and filter."""
+    if not prefix or ord(prefix[-1]) >= 0xD7FF:
+        return None
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
 def encode(value: Any) -> str:

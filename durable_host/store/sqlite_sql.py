@@ -215,6 +215,12 @@ def filters(query: Query) -> tuple[str, list[Any]]:
     if query.prefix:
         where.append("substr(instance_id, 1, ?)=?")
         args.extend([len(query.prefix), query.prefix])
+        # The same rows as a key range, so the primary key's index finds them.
+        where.append("instance_id>=?")
+        args.append(query.prefix)
+        if (bound := codec.prefix_bound(query.prefix)) is not None:
+            where.append("instance_id<?")
+            args.append(bound)
     return " AND ".join(where), args
 
 

@@ -505,6 +505,38 @@ def test_query_filters_by_status_time_prefix_and_kind(run_store) -> None:
     run_store(body)
 
 
+PREFIXED = [
+    "s/a:turn:1",
+    "s/a:turn:1:run",
+    "s/a:turn:10",
+    "s/a:turn:2",
+    "s/a:turn;x",  # the character after ':' - just above the range of "s/a:turn:"
+    "s/a:turn\U0001f600",  # an astral character after the prefix
+    "s/b:turn:1",
+    "s%a:turn:1",  # '%' is how the Azure keys escape '/'
+    "s/a:tur\ud7ff",  # a last character from which no bound is taken
+    "s/a:tur\ud7ffz",
+]
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["s/a:turn:", "s/a:turn:1", "s/a:turn", "s/", "s%", "s/a:tur\ud7ff", "z", "s/a:turn\U0001f600"],
+)
+def test_a_prefix_query_returns_exactly_the_ids_with_the_prefix(run_store, prefix) -> None:
+    # Prefix queries run as key ranges (store codec ``prefix_bound``): nothing may fall out of
+    # the range or into it, whatever the ids' characters or the stores' escaping.
+    async def body(store: Any) -> None:
+        for n, instance_id in enumerate(PREFIXED):
+            await started(store, instance_id, created=at(n))
+
+        found = ids(await store.query(Query(prefix=prefix)))
+
+        assert found == sorted(i for i in PREFIXED if i.startswith(prefix))
+
+    run_store(body)
+
+
 def test_query_pages_with_top_and_continuation(run_store) -> None:
     async def body(store: Any) -> None:
         await populated(store)

@@ -1,8 +1,8 @@
 """Instance queries and purges (discovery of work is ``discovery.py``'s, through the index).
 
-An instance query reads head rows only: the table applies the time ranges, statuses and
-the entity / orchestration split; the conditions on the instance id (prefix,
-continuation) are applied here, on the unescaped id.
+An instance query reads head rows only: the table applies the time ranges, statuses, the
+entity / orchestration split and the prefix as a PartitionKey range; the conditions on the
+instance id (prefix, continuation) are checked again here, on the unescaped id.
 
 A bulk purge removes terminal instances only (``codec.purgeable``), and checks the status
 again on the head it deletes If-Match, so an instance restarted meanwhile is kept.
@@ -142,6 +142,15 @@ def _server_filter(query: Query) -> tuple[str, dict[str, Any]]:
             alternatives.append(f"Status eq @s{n}")
             params[f"s{n}"] = status
         where.append("( " + " or ".join(alternatives) + " )")
+    if query.prefix:
+        # Escaping maps character by character, so the ids with the prefix have the keys that
+        # start with its escaped form: a key range (``_wanted`` still checks the id itself).
+        start = partition_key(query.prefix)
+        where.append("PartitionKey ge @pf")
+        params["pf"] = start
+        if (bound := store_codec.prefix_bound(start)) is not None:
+            where.append("PartitionKey lt @pt")
+            params["pt"] = bound
     # Entity ids are ``@name@key``: their escaped partition keys sort in ['@', 'A').
     if query.entities is True:
         where.append("PartitionKey ge '@' and PartitionKey lt 'A'")
