@@ -168,7 +168,7 @@ def test_all_settled_sends_to_everyone_and_reports_the_rejected_recipient(notice
         "data": {"title": "Approved", "text": "The approved text."},
     }
     run.host.post(f"{WEBHOOK}/entities/session/{run.session_id}?op=commit", {"documents": [note]})
-    wait_for(lambda: "approved-notice" in run.view()["documents"], 10, "the note")
+    wait_for(lambda: "approved-notice" in run.view()["documents"], 60, "the note")
     mailbox_call(mailbox, "/control", {"reject": ["blocked@example.com"]})
     recipients = ["ana@example.com", "blocked@example.com", "cy@example.com"]
 

@@ -293,7 +293,7 @@ def test_a_cancelled_run_gives_up_its_place_in_a_declared_limit(host):
     blocker = {"mode": "singleton", "limit": 1, "lease_s": 600, "holder": "test-blocker",
                "instance_id": "none", "event": "none", "first": True}  # fmt: skip
     host.post(f"{entity}?op=acquire", {**blocker, "now": now()})
-    wait_for(lambda: "test-blocker" in limiter().get("holders", {}), 10, "the slot taken")
+    wait_for(lambda: "test-blocker" in limiter().get("holders", {}), 60, "the slot taken")
     register(host, {"name": "queued", "steps": [tool_step("one", "append_ledger", text="q1")]})
     first = start(host, "queued", "r1")
     wait_run(host, "queued", first["runId"], "waiting_for_limit")

@@ -162,7 +162,7 @@ def test_sigterm_lets_a_running_activity_finish_and_commit(basic, tmp_path):
     marks = tmp_path / "marks.txt"
     host = basic().start()
     instance = host.post("/api/orchestrators/slow_step", 1.0).json()["id"]
-    wait_for(lambda: "slow:start:1.0" in lines(marks), 10, "the activity to start")
+    wait_for(lambda: "slow:start:1.0" in lines(marks), 60, "the activity to start")
 
     assert host.stop() == 0  # SIGTERM; the harness gives a 2 s grace
     assert "slow:end:1.0" in lines(marks)
@@ -178,14 +178,14 @@ def test_an_activity_longer_than_the_grace_is_released_and_runs_again_after_rest
     marks = tmp_path / "marks.txt"
     host = basic(DURABLE_HOST_POISON_ATTEMPTS="1").start()
     instance = host.post("/api/orchestrators/slow_step", 2.5).json()["id"]
-    wait_for(lambda: "slow:start:2.5" in lines(marks), 10, "the activity to start")
+    wait_for(lambda: "slow:start:2.5" in lines(marks), 60, "the activity to start")
 
     assert host.stop() == 0  # exits after the grace although the thread still sleeps
     assert "slow:end:2.5" not in lines(marks)
     host.start()
 
     # Released, not counted as a crash: with one attempt allowed it still runs again.
-    assert host.wait_for_status(instance, timeout=20)["output"] == 2.5
+    assert host.wait_for_status(instance, timeout=60)["output"] == 2.5
     assert lines(marks).count("slow:start:2.5") == 2
 
 

@@ -141,7 +141,7 @@ def test_a_terminated_turn_hands_the_queue_to_the_next_submission(
     first = submit(host, "stuck", "r1", "first")
     assert held.arrived.wait(20), "the first turn never called the model"
     second = submit(host, "stuck", "r2", "second")
-    wait_for(lambda: submission(host, "stuck", second).get("status") == "queued", 20, "queued")
+    wait_for(lambda: submission(host, "stuck", second).get("status") == "queued", 60, "queued")
     turn = ids.turn_instance_id("stuck", first)
     resp = host.post(f"{WEBHOOK}/instances/{turn}/terminate?reason=operator+stop")
     assert resp.status == 202, resp.body
