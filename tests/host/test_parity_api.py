@@ -247,7 +247,9 @@ def test_the_sdk_client_fails_a_suspend_of_a_suspended_and_a_resume_of_a_running
 
 
 def test_a_late_result_for_a_finished_orchestration_is_dropped(parity):
-    instance = parity.start_orchestration("one_slow_step", {"seconds": 0.6}, unique("late"))
+    # Long enough that the terminate goes in while it still runs, however late the test sees
+    # it start on a loaded machine (a result before the terminate would complete the instance).
+    instance = parity.start_orchestration("one_slow_step", {"seconds": 5}, unique("late"))
     wait_for(lambda: f"start:{instance}" in marks(parity), 60, "the activity to start")
 
     parity.post(f"{WEBHOOK}/instances/{instance}/terminate?reason=enough")
@@ -394,7 +396,9 @@ def test_history_view_follows_the_extension_transform(parity):
 
 
 def test_a_scheduled_step_still_running_shows_as_task_scheduled(parity):
-    instance = parity.start_orchestration("one_slow_step", {"seconds": 0.8}, unique("sched"))
+    # Long enough to be still running when the history is read, however late the test sees it
+    # start on a loaded machine.
+    instance = parity.start_orchestration("one_slow_step", {"seconds": 5}, unique("sched"))
     wait_for(lambda: f"start:{instance}" in marks(parity), 60, "the activity to start")
 
     view = parity.status(instance, "?showHistory=true")["historyEvents"]
