@@ -363,7 +363,7 @@ def test_five_notices_survive_a_kill_after_mail_4_was_accepted(notices_host, mai
     # dies before the result is recorded anywhere.
     host.start(faults="activity.before_complete@8")
     run.start(FIVE, settings={"max_parallel": 1})
-    assert host.wait_exit(30) != 0, "the fault point was not reached"
+    assert host.wait_exit(60) != 0, "the fault point was not reached"
     assert deliveries(mailbox) == {address: 1 for address in FIVE[:4]}
 
     host.start()

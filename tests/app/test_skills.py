@@ -456,7 +456,7 @@ def test_sigkill_mid_run_then_restart_completes_with_each_tool_step_run_once(cra
     # result was recorded in the attempt ledger, before its completion reached the history.
     host.start(faults="activity.before_complete@1")
     run = start(host, "crashy", "r1")
-    assert host.wait_exit(30) != 0, "the fault point was not reached"
+    assert host.wait_exit(60) != 0, "the fault point was not reached"
 
     host.start()
     wait_run(host, "crashy", run["runId"], "waiting")
@@ -534,7 +534,7 @@ def test_a_step_replay_policy_decides_whether_a_tool_that_died_mid_run_runs_agai
         host.env["KERNEL_FAULTS"] = "tool.after_effect@1"  # killed after the tool ran, before
         host.start()  # its result was recorded: the outcome of the try is unknown
         run = start(host, name, "r1")
-        assert host.wait_exit(30) != 0, "the fault point was not reached"
+        assert host.wait_exit(60) != 0, "the fault point was not reached"
         host.env.pop("KERNEL_FAULTS")
         host.start()
         outcomes[name] = wait_ended(host, name, run["runId"])["steps"]["calc"]
