@@ -124,7 +124,7 @@ class Notices:
         statuses = [self.host.status(self.child(n)) or {} for n in range(1, count + 1)]
         return [(s.get("customStatus") or {}).get("phase") for s in statuses]
 
-    def wait_phases(self, count: int, phase: str, timeout: float = 20.0) -> None:
+    def wait_phases(self, count: int, phase: str, timeout: float = 60.0) -> None:
         wait_for(
             lambda: self.phases(count) == [phase] * count,
             timeout,

@@ -48,7 +48,7 @@ def in_status(
     return sub if sub["status"] in statuses else None
 
 
-def final(host: HostProcess, session: str, sub_id: str, timeout: float = 20) -> dict[str, Any]:
+def final(host: HostProcess, session: str, sub_id: str, timeout: float = 60) -> dict[str, Any]:
     """The submission is final and its turn orchestration has ended too (the turn finishes
     the submission in the entity first, then hands over and completes)."""
     done = wait_for(

@@ -81,7 +81,7 @@ def run_view(host: HostProcess, name: str, run: str) -> dict[str, Any]:
     return dict(response.json())
 
 
-def wait_run(host: HostProcess, name: str, run: str, status: str, timeout: float = 30) -> dict:
+def wait_run(host: HostProcess, name: str, run: str, status: str, timeout: float = 60) -> dict:
     def reached() -> dict[str, Any] | None:
         view = run_view(host, name, run)
         if view["status"] in FINAL and view["status"] != status:  # ended otherwise: say how
@@ -91,7 +91,7 @@ def wait_run(host: HostProcess, name: str, run: str, status: str, timeout: float
     return dict(wait_for(reached, timeout, f"run {run} of {name} to be {status}"))
 
 
-def wait_ended(host: HostProcess, name: str, run: str, timeout: float = 30) -> dict:
+def wait_ended(host: HostProcess, name: str, run: str, timeout: float = 60) -> dict:
     def ended() -> dict[str, Any] | None:
         view = run_view(host, name, run)
         return view if view["status"] in FINAL else None

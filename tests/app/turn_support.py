@@ -215,7 +215,7 @@ def submission(host: HostProcess, session: str, sub: str) -> dict[str, Any]:
     return host.get(f"/api/sessions/{session}/submissions/{sub}").json() or {}
 
 
-def wait_final(host: HostProcess, session: str, sub: str, timeout: float = 30) -> dict[str, Any]:
+def wait_final(host: HostProcess, session: str, sub: str, timeout: float = 60) -> dict[str, Any]:
     def final() -> dict[str, Any] | None:
         view = submission(host, session, sub)
         return view if view.get("status") in FINAL else None
@@ -242,7 +242,7 @@ def custom_status(host: HostProcess, instance_id: str) -> dict[str, Any]:
 
 
 def wait_phase(
-    host: HostProcess, instance_id: str, phase: str, timeout: float = 30
+    host: HostProcess, instance_id: str, phase: str, timeout: float = 60
 ) -> dict[str, Any]:
     def probe() -> dict[str, Any] | None:
         found = custom_status(host, instance_id)
