@@ -326,7 +326,7 @@ def test_a_new_session_can_be_followed_from_zero_right_after_its_first_submissio
 ) -> None:
     submit(kernel_host, "fresh", "r1", "hi")
 
-    resp = changes(kernel_host, "fresh", 0, "&wait=10")
+    resp = changes(kernel_host, "fresh", 0, "&wait=25")
 
     assert resp.status == 200 and resp.json()["changes"][0]["cursor"] == 1
 
