@@ -211,12 +211,15 @@ def test_of_processes_taking_over_one_expired_record_exactly_one_wins(spec):
     assert (record.owner, record.runs) == (winners[0], 2)
 
 
-def _stall_then_finish(spec: ledger_race.LedgerSpec, results: Any) -> None:
-    """Own a record with a short lease, stall past it, then try to renew and to complete."""
+def _stall_then_finish(spec: ledger_race.LedgerSpec, results: Any, go: Any) -> None:
+    """Own a record with a short lease, stall until the test has taken it over, then try to
+    renew and to complete."""
     ledger = ledger_race.open_ledger(spec)
     assert ledger.create("k", "slow", 0.5)
     results.put("created")
-    time.sleep(1.5)
+    # Stalled until the take-over, not for a fixed time: an owner whose lease ran out may
+    # still renew until someone else takes the record, so a sleep would race the test.
+    assert go.wait(60)
     renewed = ledger.renew("k", "slow", 0.5)
     try:
         ledger.complete("k", {"by": "slow"}, owner="slow")
@@ -228,16 +231,17 @@ def _stall_then_finish(spec: ledger_race.LedgerSpec, results: Any) -> None:
 
 def test_a_process_whose_lease_ran_out_mid_run_cannot_renew_or_complete(spec):
     context = multiprocessing.get_context("spawn")
-    results = context.Queue()
-    slow = context.Process(target=_stall_then_finish, args=(spec, results))
+    results, go = context.Queue(), context.Event()
+    slow = context.Process(target=_stall_then_finish, args=(spec, results, go))
     slow.start()
     assert results.get(timeout=60) == "created"
     ledger = ledger_race.open_ledger(spec)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while attempt_state(ledger.read("k"), ledger.now()) != "expired":
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert ledger.take_over("k", "recovery", 30, expected_owner="slow") is True
+    go.set()
     assert results.get(timeout=30) == (False, False)
     slow.join(timeout=10)
     assert ledger.complete("k", {"by": "recovery"}, owner="recovery") == {"by": "recovery"}

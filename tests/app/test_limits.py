@@ -61,7 +61,7 @@ def test_a_holder_that_died_gives_its_slot_back_when_its_lease_ends(host: HostPr
     waiter = host.start_orchestration(
         "limited", {"n": 7, "service": "x", "concurrency": short}, "waiter"
     )
-    assert host.wait_for_status(waiter, timeout=30)["output"] == 7
+    assert host.wait_for_status(waiter, timeout=60)["output"] == 7
 
 
 def execute_window(host: HostProcess, task_id: str) -> tuple[str, str]:

@@ -60,7 +60,7 @@ def test_a_loop_submits_each_occurrence_once_and_obeys_pause_resume_delete(
     assert len({s["request_id"] for s in loop_runs}) == len(loop_runs)
 
     assert kernel_host.post(f"/api/sessions/{SESSION}/loops/digest/pause").status == 202
-    paused = wait_for(lambda: in_state(kernel_host, "digest", "paused"), 20, "paused")
+    paused = wait_for(lambda: in_state(kernel_host, "digest", "paused"), 60, "paused")
     assert paused["next"] is None
     assert kernel_host.post(f"/api/sessions/{SESSION}/loops/digest/resume").status == 202
     wait_for(lambda: in_state(kernel_host, "digest", "sleeping", paused["runs"] + 1), 30, "resumed")

@@ -48,7 +48,7 @@ def in_status(
     return sub if sub["status"] in statuses else None
 
 
-def final(host: HostProcess, session: str, sub_id: str, timeout: float = 20) -> dict[str, Any]:
+def final(host: HostProcess, session: str, sub_id: str, timeout: float = 60) -> dict[str, Any]:
     """The submission is final and its turn orchestration has ended too (the turn finishes
     the submission in the entity first, then hands over and completes)."""
     done = wait_for(
@@ -87,7 +87,7 @@ def hold(host: HostProcess, session: str) -> str:
     holder = ids.submission_id(session, "holder")
     wait_for(
         lambda: host.get(f"/api/sessions/{session}/submissions/{holder}").status == 200,
-        10,
+        60,
         "the holder",
     )
     return holder
@@ -97,7 +97,7 @@ def release(host: HostProcess, session: str, holder: str) -> None:
     """Finish the holder; the turn passes to the first queued submission, if any."""
     before = view(host, session)
     signal(host, session, "finish", {"submission_id": holder, "status": "completed"})
-    wait_for(lambda: view(host, session)["active_submission"] != holder, 10, "the holder to finish")
+    wait_for(lambda: view(host, session)["active_submission"] != holder, 60, "the holder to finish")
     following = view(host, session)["active_submission"]
     if following and following in before["turn_queue"]:
         resp = host.post(
@@ -227,7 +227,7 @@ def test_submissions_wait_for_their_turn_in_acceptance_order(kernel_host: HostPr
     for position, text in enumerate(texts, start=1):
         sub_id = submit(kernel_host, "queue", f"q{position}", text).json()["submissionId"]
         queued = wait_for(
-            lambda s=sub_id: in_status(kernel_host, "queue", s, ("queued",)), 10, f"{text} to queue"
+            lambda s=sub_id: in_status(kernel_host, "queue", s, ("queued",)), 60, f"{text} to queue"
         )
         assert queued["position"] == position
         subs.append(sub_id)
@@ -326,7 +326,7 @@ def test_a_new_session_can_be_followed_from_zero_right_after_its_first_submissio
 ) -> None:
     submit(kernel_host, "fresh", "r1", "hi")
 
-    resp = changes(kernel_host, "fresh", 0, "&wait=10")
+    resp = changes(kernel_host, "fresh", 0, "&wait=25")
 
     assert resp.status == 200 and resp.json()["changes"][0]["cursor"] == 1
 
@@ -463,7 +463,7 @@ def test_a_full_queue_is_a_conflict_and_stores_nothing(kernel_host: HostProcess)
     hold(kernel_host, "full")
     for i in range(100):
         signal(kernel_host, "full", "accept", {"request_id": f"w{i}", "text": "wait"})
-    wait_for(lambda: len(view(kernel_host, "full")["turn_queue"]) == 100, 20, "a full queue")
+    wait_for(lambda: len(view(kernel_host, "full")["turn_queue"]) == 100, 60, "a full queue")
     before = view(kernel_host, "full")
 
     resp = submit(kernel_host, "full", "one-too-many", "no room")

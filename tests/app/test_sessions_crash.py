@@ -86,7 +86,7 @@ def test_every_accepted_submission_completes_exactly_once_after_a_kill(
     host = fresh_kernel_host().start(faults=faults)
     subs = {rid: try_submit(host, rid, text) for rid, text in TEXTS.items()}
 
-    assert host.wait_exit(30) != 0, "the fault point was not reached"
+    assert host.wait_exit(60) != 0, "the fault point was not reached"
     host.start()
     for rid, sub_id in subs.items():
         subs[rid] = sub_id or try_submit(host, rid, TEXTS[rid])

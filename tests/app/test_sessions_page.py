@@ -31,7 +31,7 @@ def row(sub_id: str, what: str) -> str:
 
 
 def shown(tools: DevTools, expression: str, expected: Any, what: str) -> None:
-    wait_for(lambda: tools.evaluate(expression) == expected, 20, what)
+    wait_for(lambda: tools.evaluate(expression) == expected, 60, what)
 
 
 def test_the_page_follows_a_session_live(

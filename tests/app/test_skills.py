@@ -81,7 +81,7 @@ def run_view(host: HostProcess, name: str, run: str) -> dict[str, Any]:
     return dict(response.json())
 
 
-def wait_run(host: HostProcess, name: str, run: str, status: str, timeout: float = 30) -> dict:
+def wait_run(host: HostProcess, name: str, run: str, status: str, timeout: float = 60) -> dict:
     def reached() -> dict[str, Any] | None:
         view = run_view(host, name, run)
         if view["status"] in FINAL and view["status"] != status:  # ended otherwise: say how
@@ -91,7 +91,7 @@ def wait_run(host: HostProcess, name: str, run: str, status: str, timeout: float
     return dict(wait_for(reached, timeout, f"run {run} of {name} to be {status}"))
 
 
-def wait_ended(host: HostProcess, name: str, run: str, timeout: float = 30) -> dict:
+def wait_ended(host: HostProcess, name: str, run: str, timeout: float = 60) -> dict:
     def ended() -> dict[str, Any] | None:
         view = run_view(host, name, run)
         return view if view["status"] in FINAL else None
@@ -293,7 +293,7 @@ def test_a_cancelled_run_gives_up_its_place_in_a_declared_limit(host):
     blocker = {"mode": "singleton", "limit": 1, "lease_s": 600, "holder": "test-blocker",
                "instance_id": "none", "event": "none", "first": True}  # fmt: skip
     host.post(f"{entity}?op=acquire", {**blocker, "now": now()})
-    wait_for(lambda: "test-blocker" in limiter().get("holders", {}), 10, "the slot taken")
+    wait_for(lambda: "test-blocker" in limiter().get("holders", {}), 60, "the slot taken")
     register(host, {"name": "queued", "steps": [tool_step("one", "append_ledger", text="q1")]})
     first = start(host, "queued", "r1")
     wait_run(host, "queued", first["runId"], "waiting_for_limit")
@@ -456,7 +456,7 @@ def test_sigkill_mid_run_then_restart_completes_with_each_tool_step_run_once(cra
     # result was recorded in the attempt ledger, before its completion reached the history.
     host.start(faults="activity.before_complete@1")
     run = start(host, "crashy", "r1")
-    assert host.wait_exit(30) != 0, "the fault point was not reached"
+    assert host.wait_exit(60) != 0, "the fault point was not reached"
 
     host.start()
     wait_run(host, "crashy", run["runId"], "waiting")
@@ -534,7 +534,7 @@ def test_a_step_replay_policy_decides_whether_a_tool_that_died_mid_run_runs_agai
         host.env["KERNEL_FAULTS"] = "tool.after_effect@1"  # killed after the tool ran, before
         host.start()  # its result was recorded: the outcome of the try is unknown
         run = start(host, name, "r1")
-        assert host.wait_exit(30) != 0, "the fault point was not reached"
+        assert host.wait_exit(60) != 0, "the fault point was not reached"
         host.env.pop("KERNEL_FAULTS")
         host.start()
         outcomes[name] = wait_ended(host, name, run["runId"])["steps"]["calc"]

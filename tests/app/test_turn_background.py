@@ -105,7 +105,7 @@ def test_a_turn_cancelled_while_waiting_cancels_the_remote_request(host, server)
     held = server.hold()
     first, cancels = len(server.submits), len(server.cancels)
     sub = submit(host, "bgc", "what is 6*7")
-    assert held.polled.wait(20)
+    assert held.polled.wait(60)
     handle = server.submits[first]["id"]
 
     signalled = host.post(
@@ -127,7 +127,7 @@ def test_the_rounds_cancel_event_stops_the_wait_at_once(host, server):
     held = server.hold()
     first, cancels = len(server.submits), len(server.cancels)
     sub = submit(host, "bge", "what is 7*7")
-    assert held.polled.wait(20)
+    assert held.polled.wait(60)
     round_id = f"{run_id('bge', sub)}:round-1"
     event = urllib.parse.quote(f"cancel:{round_id}")
 
@@ -149,7 +149,7 @@ def test_an_unknown_handle_fails_the_call_with_the_providers_answer(host, server
     held = server.hold()
     first = len(server.submits)
     sub = submit(host, "bgu", "hello there")
-    assert held.polled.wait(20)
+    assert held.polled.wait(60)
     handle = server.submits[first]["id"]
     server.forget()  # the provider no longer knows the request
     held.release()
@@ -194,7 +194,7 @@ def test_a_host_killed_while_polling_resumes_the_same_handle(crashing, server):
     held = server.hold()
     first, cancels = len(server.submits), len(server.cancels)
     sub = submit(host, "bgk", "hello there")
-    assert held.polled.wait(20)
+    assert held.polled.wait(60)
     handle = server.submits[first]["id"]
 
     for _ in range(2):  # killed twice while the turn waits for the model
@@ -202,7 +202,7 @@ def test_a_host_killed_while_polling_resumes_the_same_handle(crashing, server):
         held.polled.clear()
         polls_before = len(server.polls)
         host.start()
-        assert held.polled.wait(30)  # the restarted host polls again ...
+        assert held.polled.wait(60)  # the restarted host polls again ...
         assert server.polls[polls_before:] and set(server.polls[polls_before:]) == {handle}
     held.release()
     final = wait_final(host, "bgk", sub)
@@ -220,7 +220,7 @@ def test_a_host_killed_after_submitting_reuses_the_saved_handle(crashing, server
     # before its completion is saved in history.
     host.start(faults="activity.before_complete@2")
     sub = submit(host, "bgs", "hello there")
-    assert host.wait_exit(30) != 0, "the fault point was not reached"
+    assert host.wait_exit(60) != 0, "the fault point was not reached"
     assert len(server.submits) == first + 1
     host.start()
 

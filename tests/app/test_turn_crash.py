@@ -52,7 +52,7 @@ def crashing(fresh_kernel_host, model: ModelServer, tmp_path: Path) -> Callable[
 def crash_then_finish(host: HostProcess, text: str, faults: str | None = None) -> tuple[str, dict]:
     host.start(faults=faults)
     sub = submit(host, "crash", text)
-    assert host.wait_exit(30) != 0, "the fault point was not reached"
+    assert host.wait_exit(60) != 0, "the fault point was not reached"
     host.env.pop("KERNEL_FAULTS", None)
     host.start()
     return sub, wait_final(host, "crash", sub)
@@ -66,7 +66,7 @@ def test_kill_during_the_model_call_asks_again_only_what_was_never_answered(cras
     host = crashing().start()
     held = model.hold()
     sub = submit(host, "crash", "calculate 2+3")
-    assert held.arrived.wait(20)
+    assert held.arrived.wait(60)
     host.kill()
     held.release()
 

@@ -108,7 +108,7 @@ def test_a_429_waits_at_least_the_retry_after_then_retries(host, model):
 def test_model_calls_queue_for_the_concurrency_slot_across_sessions(host, model):
     held = model.hold()
     first = submit(host, "slot-a", "what is 3+3")
-    assert held.arrived.wait(20)
+    assert held.arrived.wait(60)
     second = submit(host, "slot-b", "what is 4+4")
 
     waiting = wait_phase(host, f"{ids.turn_instance_id('slot-b', second)}:run:round-1", "waiting")

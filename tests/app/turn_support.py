@@ -7,7 +7,8 @@ OpenAI path behaves like the offline one. Tests steer it per request:
 
 * ``script``: a function ``(messages) -> dict | None`` that may return a reply spec first:
   ``{"status": 429, "headers": {...}}``, ``{"delay": seconds}``, ``{"tool_calls": [...]}``,
-  ``{"usage": {...}}`` (merged over the planner's answer);
+  ``{"usage": {...}}`` (merged over the planner's answer); a delayed reply ends early when
+  the server stops, so a long delay never holds up the teardown;
 * ``hold()``: the next request waits until the test releases it (``Held.release``), after the
   test has seen it arrive (``Held.arrived``): a real signal, not a sleep.
 
@@ -17,6 +18,7 @@ Every request is recorded (``requests``: messages, headers, query), so tests cou
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -93,10 +95,13 @@ class ModelServer(LoopbackServer):
         self.requests: list[dict[str, Any]] = []
         self.script: Script | None = None
         self._holds: list[Held] = []
+        self._stopping: asyncio.Event | None = None  # made on the server's loop
 
     def _release(self) -> None:
         for held in self._holds:
             held.release()
+        if self._stopping is not None:
+            self._loop.call_soon_threadsafe(self._stopping.set)
 
     def hold(self) -> Held:
         held = Held()
@@ -133,7 +138,10 @@ class ModelServer(LoopbackServer):
             await asyncio.to_thread(held.released.wait, 60)
         spec = (self.script(messages) if self.script else None) or {}
         if spec.get("delay"):
-            await asyncio.sleep(spec["delay"])
+            if self._stopping is None:
+                self._stopping = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), spec["delay"])
         if spec.get("status"):
             return web.json_response(
                 {"error": {"message": f"scripted {spec['status']}"}},
@@ -207,7 +215,7 @@ def submission(host: HostProcess, session: str, sub: str) -> dict[str, Any]:
     return host.get(f"/api/sessions/{session}/submissions/{sub}").json() or {}
 
 
-def wait_final(host: HostProcess, session: str, sub: str, timeout: float = 30) -> dict[str, Any]:
+def wait_final(host: HostProcess, session: str, sub: str, timeout: float = 60) -> dict[str, Any]:
     def final() -> dict[str, Any] | None:
         view = submission(host, session, sub)
         return view if view.get("status") in FINAL else None
@@ -234,7 +242,7 @@ def custom_status(host: HostProcess, instance_id: str) -> dict[str, Any]:
 
 
 def wait_phase(
-    host: HostProcess, instance_id: str, phase: str, timeout: float = 30
+    host: HostProcess, instance_id: str, phase: str, timeout: float = 60
 ) -> dict[str, Any]:
     def probe() -> dict[str, Any] | None:
         found = custom_status(host, instance_id)

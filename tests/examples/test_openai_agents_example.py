@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -33,18 +32,19 @@ ANSWER = {
 
 class ModelServer(LoopbackServer):
     """An OpenAI Responses API answering "<first word of the instructions> <last input>".
-    ``hold()``: the next request waits until released (the test kills the host meanwhile)."""
+    ``hold_from(n)``: request n and later ones wait until ``release`` is set (the test kills
+    the host meanwhile); chosen before the run starts, so no request slips past it."""
 
     def __init__(self) -> None:
         super().__init__()
         self.requests: list[list[dict[str, Any]]] = []
-        self.arrived = threading.Event()
+        self.held_from = 0
 
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self._responses)
 
-    def hold(self) -> None:
-        self.arrived.clear()
+    def hold_from(self, number: int) -> None:
+        self.held_from = number
         self.release.clear()
 
     async def _responses(self, request: web.Request) -> web.Response:
@@ -55,9 +55,9 @@ class ModelServer(LoopbackServer):
             else [{"role": "user", "content": body["input"]}]
         )
         self.requests.append(body)
-        self.arrived.set()
-        await asyncio.to_thread(self.release.wait, 60)
         n = len(self.requests)
+        if self.held_from and n >= self.held_from:
+            await asyncio.to_thread(self.release.wait, 60)
         who = str(body.get("instructions") or "").split(" ")[0]
         text = f"{who} {items[-1]['content']}"
         output = {
@@ -123,10 +123,10 @@ def test_a_crash_during_a_model_call_gives_the_same_answer(
     durable_host_factory, model: ModelServer
 ) -> None:
     host = durable_host_factory(APP, env=settings(model))
+    # The planner's call is answered; the writer's is held. Held by number, set before the
+    # run: holding once the first call was seen could come after the second had passed.
+    model.hold_from(2)
     run = host.start_new("trip_invitation", REQUEST)
-    # The planner's call is answered; hold the writer's.
-    wait_for_requests(model, 1)
-    model.hold()
     wait_for_requests(model, 2)
 
     host.kill()  # SIGKILL while the model server holds the writer's request

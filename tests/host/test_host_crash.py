@@ -89,14 +89,14 @@ def test_kill_while_an_instance_sleeps_on_a_timer_fires_it_after_restart(crashin
             e["EventType"] == "TimerCreated"
             for e in (host.status(instance, "?showHistory=true") or {}).get("historyEvents", [])
         ),
-        10,
+        60,
         "timer",
     )
     host.kill()
 
     time.sleep(1.2)  # let the due time pass while no host runs: nothing is alive to fire it
     host.start()
-    status = host.wait_for_status(instance, timeout=20)
+    status = host.wait_for_status(instance, timeout=60)
 
     assert status["output"] == "Hello after sleep!"
     history = host.status(instance, "?showHistory=true")["historyEvents"]
@@ -150,7 +150,7 @@ def test_signals_accepted_but_not_processed_are_applied_once_after_restart(crash
     host.start()
 
     value = wait_for(
-        lambda: host.get(f"{WEBHOOK}/entities/counter/sig").json(), 10, "signal applied"
+        lambda: host.get(f"{WEBHOOK}/entities/counter/sig").json(), 60, "signal applied"
     )
 
     assert value == 1

@@ -33,7 +33,7 @@ def test_operation_error_reaches_the_caller_and_the_entity_keeps_serving(shared_
 
     assert status["output"] == "caught: counter exploded"
     assert wait_for(
-        lambda: entity_state(shared_host, "errors") == 2, 10, "entity to serve after an error"
+        lambda: entity_state(shared_host, "errors") == 2, 60, "entity to serve after an error"
     )
 
 
@@ -44,7 +44,7 @@ def test_client_signal_and_read_through_the_sdk(shared_host):
 
     state = wait_for(
         lambda: (r := shared_host.get(f"/api/entities/counter/{key}").json())["state"] == 6 and r,
-        10,
+        60,
         "signals",
     )
 
@@ -56,18 +56,18 @@ def test_webhook_signal_read_delete_and_list(shared_host):
     assert entity_state(shared_host, key) is None
 
     assert shared_host.post(f"{WEBHOOK}/entities/counter/{key}?op=add", 5).status == 202
-    wait_for(lambda: entity_state(shared_host, key) == 5, 10, "signal")
+    wait_for(lambda: entity_state(shared_host, key) == 5, 60, "signal")
     listed = shared_host.get(f"{WEBHOOK}/entities/counter?fetchState=true").json()
     assert {"name": "counter", "key": key} in [row["entityId"] for row in listed]
     assert shared_host.request("DELETE", f"{WEBHOOK}/entities/counter/{key}").status == 202
 
-    wait_for(lambda: entity_state(shared_host, key) is None, 10, "delete")
+    wait_for(lambda: entity_state(shared_host, key) is None, 60, "delete")
 
 
 def test_entity_ids_show_in_instance_queries(shared_host):
     key = f"q-{uuid.uuid4().hex[:8]}"
     shared_host.post(f"{WEBHOOK}/entities/counter/{key}?op=add", 1)
-    wait_for(lambda: entity_state(shared_host, key) == 1, 10, "signal")
+    wait_for(lambda: entity_state(shared_host, key) == 1, 60, "signal")
 
     status = shared_host.get(f"{WEBHOOK}/instances/@counter@{key}")
 
@@ -119,7 +119,7 @@ def test_counter_hammered_by_20_orchestrations_and_100_signals_counts_exactly(sh
 def test_instance_queries_list_entities_alongside_orchestrations(shared_host):
     key = f"listed-{uuid.uuid4().hex[:8]}"
     shared_host.post(f"{WEBHOOK}/entities/counter/{key}?op=add", 1)
-    wait_for(lambda: entity_state(shared_host, key) == 1, 10, "signal")
+    wait_for(lambda: entity_state(shared_host, key) == 1, 60, "signal")
 
     listed = shared_host.get(f"{WEBHOOK}/instances?instanceIdPrefix=@counter@{key}").json()
 
@@ -130,9 +130,9 @@ def test_entity_state_is_purged_by_id_live_or_deleted(shared_host):
     live, deleted = f"purge-{uuid.uuid4().hex[:8]}", f"gone-{uuid.uuid4().hex[:8]}"
     for key in (live, deleted):
         shared_host.post(f"{WEBHOOK}/entities/counter/{key}?op=add", 3)
-        wait_for(lambda k=key: entity_state(shared_host, k) == 3, 10, "signal")
+        wait_for(lambda k=key: entity_state(shared_host, k) == 3, 60, "signal")
     shared_host.request("DELETE", f"{WEBHOOK}/entities/counter/{deleted}")
-    wait_for(lambda: entity_state(shared_host, deleted) is None, 10, "delete")
+    wait_for(lambda: entity_state(shared_host, deleted) is None, 60, "delete")
 
     purged = [
         shared_host.request("DELETE", f"{WEBHOOK}/instances/@counter@{k}") for k in (live, deleted)

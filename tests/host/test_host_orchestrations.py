@@ -70,7 +70,7 @@ def test_failed_child_reaches_the_parent_as_an_exception(shared_host):
 def test_terminated_child_reaches_its_parent_as_a_failure(shared_host):
     parent = shared_host.start_orchestration("parent_of_waiter")
     child = f"{parent}-child"
-    wait_for(lambda: shared_host.status(child), 10, "child to start")
+    wait_for(lambda: shared_host.status(child), 60, "child to start")
 
     assert shared_host.post(f"{WEBHOOK}/instances/{child}/terminate?reason=stop").status == 202
     status = shared_host.wait_for_status(parent)

@@ -90,7 +90,7 @@ def test_restart_with_the_same_id_runs_it_again(parity):
             and s["createdTime"] >= first["createdTime"]
             and s
         ),
-        20,
+        60,
         "the restarted run",
     )
     assert again["output"] == "hello bob" and again["input"] == {"who": "bob"}
@@ -247,16 +247,18 @@ def test_the_sdk_client_fails_a_suspend_of_a_suspended_and_a_resume_of_a_running
 
 
 def test_a_late_result_for_a_finished_orchestration_is_dropped(parity):
-    instance = parity.start_orchestration("one_slow_step", {"seconds": 0.6}, unique("late"))
-    wait_for(lambda: f"start:{instance}" in marks(parity), 10, "the activity to start")
+    # Long enough that the terminate goes in while it still runs, however late the test sees
+    # it start on a loaded machine (a result before the terminate would complete the instance).
+    instance = parity.start_orchestration("one_slow_step", {"seconds": 5}, unique("late"))
+    wait_for(lambda: f"start:{instance}" in marks(parity), 60, "the activity to start")
 
     parity.post(f"{WEBHOOK}/instances/{instance}/terminate?reason=enough")
-    wait_for(lambda: f"end:{instance}" in marks(parity), 10, "the activity to end")
+    wait_for(lambda: f"end:{instance}" in marks(parity), 60, "the activity to end")
     status = finished(parity, instance)
 
     assert status["runtimeStatus"] == "Terminated" and status["output"] == "enough"
     history = wait_for(
-        lambda: parity.status(instance, "?showHistory=true")["historyEvents"], 5, "history"
+        lambda: parity.status(instance, "?showHistory=true")["historyEvents"], 60, "history"
     )
     assert not [e for e in history if e["EventType"] == "TaskCompleted"]
 
@@ -394,8 +396,10 @@ def test_history_view_follows_the_extension_transform(parity):
 
 
 def test_a_scheduled_step_still_running_shows_as_task_scheduled(parity):
-    instance = parity.start_orchestration("one_slow_step", {"seconds": 0.8}, unique("sched"))
-    wait_for(lambda: f"start:{instance}" in marks(parity), 10, "the activity to start")
+    # Long enough to be still running when the history is read, however late the test sees it
+    # start on a loaded machine.
+    instance = parity.start_orchestration("one_slow_step", {"seconds": 5}, unique("sched"))
+    wait_for(lambda: f"start:{instance}" in marks(parity), 60, "the activity to start")
 
     view = parity.status(instance, "?showHistory=true")["historyEvents"]
 
@@ -452,7 +456,7 @@ def test_function_timeout_fails_the_activity_and_a_sync_one_runs_on_in_the_backg
         "Activity function 'sleep_async' failed: Timeout value of 00:00:02 was exceeded by function: Functions.sleep_async ",
     ]  # the SDK's "<Reason> \n <Details>", cut at the line break
     # The sync function could not be stopped: it finished later, its result dropped.
-    wait_for(lambda: "sync slept 3" in marks(parity), 10, "the abandoned sync activity to end")
+    wait_for(lambda: "sync slept 3" in marks(parity), 60, "the abandoned sync activity to end")
     assert "async slept 3" not in marks(parity)  # the async one was cancelled
 
 

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.harness import WEBHOOK, HostProcess, Response, store_spec_for
+from tests.harness import METRICS, WEBHOOK, HostProcess, Response, store_spec_for
+from tests.harness import settled as harness_settled
 
 APP = Path(__file__).resolve().parent / "walk_app"
 TERMINAL = ("Completed", "Failed", "Terminated")
@@ -74,6 +75,14 @@ def wait_terminal(host: HostProcess, instance_id: str, timeout: float = 45) -> d
             return found
         time.sleep(0.05)
     raise AssertionError(f"{instance_id} did not end within {timeout}s")
+
+
+def settled(host: HostProcess, times: int = 5, timeout: float = 30) -> dict[str, Any]:
+    """``harness.settled`` through ``call``: ``HostDied`` when the host ends meanwhile (a fault
+    point passed late)."""
+    return harness_settled(
+        host, times=times, timeout=timeout, fetch=lambda: call(host, "GET", METRICS).json()
+    )
 
 
 def start_once(host: HostProcess, name: str, instance_id: str, body: Any) -> None:

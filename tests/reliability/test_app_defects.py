@@ -120,7 +120,7 @@ def test_a_quarantined_entity_call_fails_the_turn_not_the_session(fresh_kernel_h
     host = fresh_kernel_host({"DURABLE_HOST_POISON_ATTEMPTS": "1"})
     host.start(faults="entity.before_commit@2")
     first = submit(host, "poison", "r1", "first")
-    assert host.wait_exit(30) != 0, "the fault point was not reached"
+    assert host.wait_exit(60) != 0, "the fault point was not reached"
     host.start()
 
     failed = wait_final(host, "poison", first)
@@ -139,9 +139,9 @@ def test_a_terminated_turn_hands_the_queue_to_the_next_submission(
     host = fresh_kernel_host({"AGENT_MODEL_BASE_URL": model.base_url}).start()
     held = model.hold()
     first = submit(host, "stuck", "r1", "first")
-    assert held.arrived.wait(20), "the first turn never called the model"
+    assert held.arrived.wait(60), "the first turn never called the model"
     second = submit(host, "stuck", "r2", "second")
-    wait_for(lambda: submission(host, "stuck", second).get("status") == "queued", 20, "queued")
+    wait_for(lambda: submission(host, "stuck", second).get("status") == "queued", 60, "queued")
     turn = ids.turn_instance_id("stuck", first)
     resp = host.post(f"{WEBHOOK}/instances/{turn}/terminate?reason=operator+stop")
     assert resp.status == 202, resp.body

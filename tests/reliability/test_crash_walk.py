@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from tests.reliability.support import (
     call,
     check_effects,
     reliability_host,
+    settled,
     start_once,
     status,
     wait_terminal,
@@ -136,7 +136,9 @@ def walk_once(request, kind: str, tmp: Path, scenario: Scenario, point: str, n: 
     try:
         try:
             drive(host, scenario, instance_id, state)
-            time.sleep(0.2)  # a pass right after the end still counts as reached
+            # A pass after the end still counts as reached (the point after the last commit
+            # comes after the status turned terminal): the host is watched until it settles.
+            settled(host)
         except HostDied:
             pass
         hit = not alive(host)

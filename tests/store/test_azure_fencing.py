@@ -117,12 +117,12 @@ def test_a_stopped_owner_is_fenced_and_the_standby_takes_over_without_a_fork(
     warm = owner.start_orchestration("hello_sequence")
     owner.wait_for_status(warm)
     wait_for(
-        lambda: "waits as a standby" in standby.text(), 20, "the second host to wait as a standby"
+        lambda: "waits as a standby" in standby.text(), 60, "the second host to wait as a standby"
     )
     assert standby.base_url == "" and standby.process.poll() is None  # it never served meanwhile
 
     slow = [start_slow(owner, 3.0) for _ in range(3)]
-    wait_for(lambda: marks(tmp_path).count("slow:start:3.0") == 3, 20, "the slow activities to run")
+    wait_for(lambda: marks(tmp_path).count("slow:start:3.0") == 3, 60, "the slow activities to run")
     owner.process.send_signal(signal.SIGSTOP)  # a stalled owner: alive, silent, lease lapsing
     starter.join(60)
     assert standby.base_url, "the standby did not take over after the owner's lease lapsed"
@@ -150,7 +150,7 @@ def test_a_second_host_never_takes_work_from_a_live_owner(hosts) -> None:
     starter = threading.Thread(target=standby.start, kwargs={"timeout": 90}, daemon=True)
     starter.start()
     wait_for(
-        lambda: "waits as a standby" in standby.text(), 20, "the second host to wait as a standby"
+        lambda: "waits as a standby" in standby.text(), 60, "the second host to wait as a standby"
     )
     done = [owner.start_orchestration("chain", {"steps": 5}) for _ in range(5)]
     for instance_id in done:
@@ -219,7 +219,7 @@ def test_an_azurite_outage_is_ridden_out_and_every_instance_completes(tmp_path) 
         ids += [start_slow(host, 2.0) for _ in range(2)]
         ids += [host.start_orchestration("chain", {"steps": 20})]
         wait_for(
-            lambda: marks(tmp_path).count("slow:start:2.0") == 2, 20, "the slow activities to run"
+            lambda: marks(tmp_path).count("slow:start:2.0") == 2, 60, "the slow activities to run"
         )
 
         emulator.stop()
