@@ -454,7 +454,7 @@ def _decide_episode(
         or not replay.watching_history_reads()
     )
     if plain:
-        return _plain(handle, view, history, prefix, started, now, default_version)
+        return _replayed(handle, view, history, prefix, started, now, default_version)
     replay.forget_history_reads()
     try:
         if session is not None:
@@ -462,7 +462,7 @@ def _decide_episode(
         else:
             text = history_text if state.history_is_view() else None
             decided = _replayed(
-                handle, view, history, prefix, started, now, True, default_version, text
+                handle, view, history, prefix, started, now, default_version, True, text
             )
     except NonDeterminismError:
         if not replay.history_read():
@@ -473,7 +473,7 @@ def _decide_episode(
     if session is not None:
         session.reset()
         session.reads_history = True  # kept across resets: replays in full from now on
-    return _plain(handle, view, history, prefix, started, now, default_version)
+    return _replayed(handle, view, history, prefix, started, now, default_version)
 
 
 def _replayed(
@@ -483,31 +483,20 @@ def _replayed(
     prefix: list[Event],
     started: Event,
     now: str,
-    compact: bool,
     default_version: str | None,
-    history_text: replay.HistoryText | None,
+    compact: bool = False,
+    history_text: replay.HistoryText | None = None,
 ) -> Decided:
-    """A full replay: the SDK over the whole history, the walk over every action it lists.
-    The walk is None when the SDK failed without a state (``raw_failure``)."""
+    """A full replay: the SDK over the whole history (``compact``: only the events it reads),
+    the walk over every action it lists. Without ``compact`` it is a plain replay, the whole
+    stored history as the extension hands it to the SDK. The walk is None when the SDK failed
+    without a state (``raw_failure``)."""
     events = [*history, *prefix]
     text = None
     if history_text is not None and history_text.covers == len(history):
         text = history_text.text(prefix)
     decided = _decide(handle, view.instance_id, events, started, compact, text)
     return _walk_all(decided, view, events, now, default_version)
-
-
-def _plain(
-    handle: OrchestratorHandle,
-    view: InstanceView,
-    history: list[Event],
-    prefix: list[Event],
-    started: Event,
-    now: str,
-    default_version: str | None,
-) -> Decided:
-    """A full replay of the whole stored history, as the extension hands it to the SDK."""
-    return _replayed(handle, view, history, prefix, started, now, False, default_version, None)
 
 
 def _live(
