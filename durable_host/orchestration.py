@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from durable_host import history as h
@@ -390,19 +391,9 @@ def _invoke(
     view = InstanceView(
         state.view.instance_id, RuntimeStatus.RUNNING, state.execution_id, state.history, name
     )
+    step = _Step(handle, view, prefix, started, now, default_version)
     try:
-        decided, shim, resolved = _decide_episode(
-            handle,
-            view,
-            state,
-            prefix,
-            started,
-            now,
-            compact,
-            session,
-            default_version,
-            history_text,
-        )
+        decided, shim, resolved = _decide_episode(step, state, compact, session, history_text)
     except NonDeterminismError as exc:
         if session is not None:
             session.reset()
@@ -430,23 +421,38 @@ def _invoke(
 Decided = tuple[wire.OrchestratorState, Shim | None, bool]
 
 
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """What deciding one episode takes, whichever way it is decided: the stored history is
+    ``view.history``, ``prefix`` the episode's OrchestratorStarted and new events."""
+
+    handle: OrchestratorHandle
+    view: InstanceView
+    prefix: list[Event]
+    started: Event
+    now: str
+    default_version: str | None
+
+    @property
+    def history(self) -> list[Event]:
+        return self.view.history
+
+    def events(self) -> list[Event]:
+        """The whole history the episode decides on."""
+        return [*self.view.history, *self.prefix]
+
+
 def _decide_episode(
-    handle: OrchestratorHandle,
-    view: InstanceView,
+    step: _Step,
     state: _MessageState,
-    prefix: list[Event],
-    started: Event,
-    now: str,
     compact: bool,
     session: Session | None,
-    default_version: str | None,
     history_text: replay.HistoryText | None,
 ) -> Decided:
     """The SDK's decisions and the walk, the cheapest way that gives what a plain replay of
     the whole stored history gives: a plain replay when the code reads ``context.histories``
     (``replay.watch_history_reads``), which a session or a compact history would show it
     differently. Raises ``NonDeterminismError`` as the walk does."""
-    history = state.history
     # Plain: asked for; the code is known to read the history; or reads could not be seen.
     plain = (
         not compact
@@ -454,16 +460,13 @@ def _decide_episode(
         or not replay.watching_history_reads()
     )
     if plain:
-        return _replayed(handle, view, history, prefix, started, now, default_version)
+        return _replayed(step)
     replay.forget_history_reads()
     try:
         if session is not None:
-            decided = _live(handle, view, history, prefix, started, now, session, default_version)
+            decided = _live(step, session)
         else:
-            text = history_text if state.history_is_view() else None
-            decided = _replayed(
-                handle, view, history, prefix, started, now, default_version, True, text
-            )
+            decided = _replayed(step, True, history_text if state.history_is_view() else None)
     except NonDeterminismError:
         if not replay.history_read():
             raise
@@ -473,56 +476,39 @@ def _decide_episode(
     if session is not None:
         session.reset()
         session.reads_history = True  # kept across resets: replays in full from now on
-    return _replayed(handle, view, history, prefix, started, now, default_version)
+    return _replayed(step)
 
 
 def _replayed(
-    handle: OrchestratorHandle,
-    view: InstanceView,
-    history: list[Event],
-    prefix: list[Event],
-    started: Event,
-    now: str,
-    default_version: str | None,
-    compact: bool = False,
-    history_text: replay.HistoryText | None = None,
+    step: _Step, compact: bool = False, history_text: replay.HistoryText | None = None
 ) -> Decided:
     """A full replay: the SDK over the whole history (``compact``: only the events it reads),
     the walk over every action it lists. Without ``compact`` it is a plain replay, the whole
     stored history as the extension hands it to the SDK. The walk is None when the SDK failed
     without a state (``raw_failure``)."""
-    events = [*history, *prefix]
+    events = step.events()
     text = None
-    if history_text is not None and history_text.covers == len(history):
-        text = history_text.text(prefix)
-    decided = _decide(handle, view.instance_id, events, started, compact, text)
-    return _walk_all(decided, view, events, now, default_version)
+    if history_text is not None and history_text.covers == len(step.history):
+        text = history_text.text(step.prefix)
+    decided = _decide(step.handle, step.view.instance_id, events, step.started, compact, text)
+    return _walk_all(decided, step.view, events, step.now, step.default_version)
 
 
-def _live(
-    handle: OrchestratorHandle,
-    view: InstanceView,
-    history: list[Event],
-    prefix: list[Event],
-    started: Event,
-    now: str,
-    session: Session,
-    default_version: str | None,
-) -> Decided:
+def _live(step: _Step, session: Session) -> Decided:
     """The episode through ``session`` (``sessions.py``): continued from the last episode
     when it can be - only the events added since are fed, only the actions added since
     are decoded and walked - else a full replay whose objects the session keeps."""
-    key = view.execution_id or ""
-    if not session.can_continue(handle, key, history):
-        return _rebuild(handle, view, history, prefix, started, now, session, default_version)
+    history = step.history
+    if not session.can_continue(step.handle, step.view.execution_id or "", history):
+        return _rebuild(step, session)
     if session.check_due(history):
         session.checks += 1  # a full replay on schedule: it checks determinism (sessions.py)
-        return _rebuild(handle, view, history, prefix, started, now, session, default_version)
-    events = [*history[session.covers :], *prefix]
+        return _rebuild(step, session)
+    events = [*history[session.covers :], *step.prefix]
     shim = session.shim
     assert shim is not None
-    if not shim.resume(events, now):
-        return _rebuild(handle, view, history, prefix, started, now, session, default_version)
+    if not shim.resume(events, step.now):
+        return _rebuild(step, session)
     first = shim.released
     decided = _answer(lambda: session.advance(events, first))
     if decided.raw_failure is not None:
@@ -535,26 +521,18 @@ def _live(
             if raised
             else wire.decode_orchestrator_state(full)
         )
-        return _walk_all(decided, view, [*history, *prefix], now, default_version, session)
+        return _walk_all(decided, step.view, step.events(), step.now, step.default_version, session)
     resolved = shim.walk(decided.actions, first)
     shim.check_replayed()
     return decided, shim, resolved
 
 
-def _rebuild(
-    handle: OrchestratorHandle,
-    view: InstanceView,
-    history: list[Event],
-    prefix: list[Event],
-    started: Event,
-    now: str,
-    session: Session,
-    default_version: str | None,
-) -> Decided:
-    events = [*history, *prefix]
-    request = _request(view.instance_id, events, started, True)
-    decided = _answer(lambda: session.rebuild(handle, view.execution_id or "", request))
-    return _walk_all(decided, view, events, now, default_version, session)
+def _rebuild(step: _Step, session: Session) -> Decided:
+    events = step.events()
+    request = _request(step.view.instance_id, events, step.started, True)
+    key = step.view.execution_id or ""
+    decided = _answer(lambda: session.rebuild(step.handle, key, request))
+    return _walk_all(decided, step.view, events, step.now, step.default_version, session)
 
 
 def _walk_all(

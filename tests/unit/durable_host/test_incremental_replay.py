@@ -99,8 +99,9 @@ def test_a_session_decides_every_episode_of_a_golden_history_as_a_full_replay(pa
         view = o.InstanceView(
             recorded["instance_id"], "Running", execution_id, history, recorded["orchestrator"]
         )
-        full = o._replayed(handle, view, history, prefix, started, now, None, True)
-        live = o._live(handle, view, history, prefix, started, now, session, None)
+        step = o._Step(handle, view, prefix, started, now, None)
+        full = o._replayed(step, True)
+        live = o._live(step, session)
         assert outcome(*live) == outcome(*full), f"episode at event {start}"
         recorded_decisions = [
             (e["EventType"], e["EventId"])
