@@ -67,7 +67,11 @@ async def ensure_loop(
     if running is not None:
         return running, False
     await client.start_new(
-        "agent_loop", instance_id, {"session_id": session_id, "spec": spec.as_json()}
+        "agent_loop",
+        instance_id,
+        # submit_first: the loop submits an occurrence before it waits for control events
+        # (orchestrators/agent_loop.py), so none is lost.
+        {"session_id": session_id, "spec": spec.as_json(), "submit_first": True},
     )
     return None, True
 

@@ -14,6 +14,15 @@ process while it sleeps, and its state (paused, last occurrence, runs) is its in
 A loop woken late (the host was down) submits the occurrence it slept for once and plans the
 next one from now: missed slots are not replayed one by one.
 
+The control event must never be lost. Once the timer has won the race, the event's waiter stays
+registered for the rest of the execution, and any event raised meanwhile goes to it: nobody
+awaits it, and it is not carried over to the next execution either (Durable semantics). So an
+execution whose timer fired continues as new at once, with the occurrence in its input
+(``submit_now``), and the next execution submits it *before* it waits for the event: an event
+raised during the submission finds no waiter, is kept, and is taken by the wait that follows.
+Executions started by the earlier code (their input has no ``submit_first``) still submit after
+the race, as they did, so they replay unchanged; every execution now continues with the flag.
+
 The submission runs under the failure policy ``SUBMIT`` (``orchestrators/failures.run_kind``):
 a failed ``loop_submit`` is tried again after durable timers, and when every try failed the
 ``notify_operator`` handler runs once as ``{loop instance}:{occurrence}:on-failure`` with the
@@ -97,6 +106,19 @@ def agent_loop(context: df.DurableOrchestrationContext) -> Generator[Any, Any, A
     state = {"paused": bool(job.get("paused")), "deleted": False}
     runs = int(job.get("runs") or 0)
     last = job.get("last_submission")
+    fired = _parse(job.get("submit_now"))  # the previous execution's timer fired for it
+    if fired is not None:
+        set_status(
+            context,
+            "sleeping",
+            loop=spec.as_json(),
+            next=loops.format_occurrence(fired),
+            runs=runs,
+            last_submission=last,
+        )
+        last = yield from submit(context, job, spec, _aware(fired))
+        previous, runs = _aware(fired), runs + 1
+        now = _aware(context.current_utc_datetime)
     due = None if state["paused"] else loops.next_occurrence(spec, now, previous)
     set_status(
         context,
@@ -109,11 +131,14 @@ def agent_loop(context: df.DurableOrchestrationContext) -> Generator[Any, Any, A
     raised, payload = yield from event_or_deadline(
         context, loops.CONTROL_EVENT, due or now + PAUSED_WAIT
     )
+    submit_next: datetime | None = None
     if raised:
         try:
             state = loops.control(state, event_payload(payload).get("action"))
         except ValidationError:
             pass  # the API validates actions; anything else is ignored, not fatal
+    elif due is not None and job.get("submit_first"):
+        submit_next = due  # by the next execution, before it waits (module doc)
     elif due is not None:
         last = yield from submit(context, job, spec, due)
         previous, runs = due, runs + 1
@@ -127,6 +152,8 @@ def agent_loop(context: df.DurableOrchestrationContext) -> Generator[Any, Any, A
             "previous": loops.format_occurrence(previous) if previous else None,
             "runs": runs,
             "last_submission": last,
+            "submit_first": True,
+            "submit_now": loops.format_occurrence(submit_next) if submit_next else None,
         }
     )
     return None
