@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from durable_host import config as config_mod
-from durable_host import loader
+from durable_host import loader, sessions
+from durable_host.config import ConfigError
 from durable_host.engine import Engine
 from durable_host.store.sqlite import SqliteStore
 
@@ -81,3 +82,29 @@ def test_a_setting_that_is_not_a_boolean_is_refused_naming_it(
     )
     with pytest.raises(config_mod.ConfigError, match=named):
         config_mod.parse_host_json(tmp_path, {"extensions": {"durableTask": durable}}, settings)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, sessions.VERIFY_DOUBLING), ("doubling", sessions.VERIFY_DOUBLING), ("0", 0), ("7", 7)],
+)
+def test_the_full_replay_schedule_is_doubling_unless_a_count_is_given(
+    tmp_path, monkeypatch, value, expected
+):
+    if value is None:
+        monkeypatch.delenv("DURABLE_HOST_SESSION_VERIFY", raising=False)
+    else:
+        monkeypatch.setenv("DURABLE_HOST_SESSION_VERIFY", value)
+    config = config_mod.parse_host_json(tmp_path, {})
+    engine = Engine(loader.load_app(APP), SqliteStore(tmp_path / "t.db"), config, fast_replay=True)
+    assert engine.session_verify == expected
+
+
+@pytest.mark.parametrize("value", ["-1", "every tenth", "2.5", "halving"])
+def test_a_full_replay_schedule_that_is_not_readable_is_refused_naming_it(
+    tmp_path, monkeypatch, value
+):
+    monkeypatch.setenv("DURABLE_HOST_SESSION_VERIFY", value)
+    config = config_mod.parse_host_json(tmp_path, {})
+    with pytest.raises(ConfigError, match="DURABLE_HOST_SESSION_VERIFY=.*'doubling'"):
+        Engine(loader.load_app(APP), SqliteStore(tmp_path / "t.db"), config, fast_replay=True)
