@@ -19,10 +19,10 @@ import azure.durable_functions as df
 
 from kernel import ids
 from kernel.state import decode_entity_state
+from kernel.statuses import ENDED_RUNTIME_STATUSES
 from kernel.text import scrub
 
 bp = df.Blueprint()
-ENDED = ("Completed", "Failed", "Terminated", "Canceled")
 OUTPUT_CHARS = 300
 ATTEMPTS = 3
 BACKOFF_SECONDS = 0.5
@@ -52,7 +52,7 @@ async def active_turn(job: dict[str, Any], client: df.DurableOrchestrationClient
 
     ``{"submission_id", "turn_instance_id", "runtime_status"}`` (``submission_id`` None when the
     session is idle or unknown; ``runtime_status`` None when the turn's instance is not found).
-    When the turn has ended (``ENDED``), also ``output`` (its last words, short) and ``live``:
+    When the turn has ended (``ENDED_RUNTIME_STATUSES``), also ``output`` (its last words, short) and ``live``:
     the instances under it that still run (its run, rounds and tool tasks), which the caller
     terminates once it has finished the submission. A read only: safe to run again.
     """
@@ -66,12 +66,15 @@ async def active_turn(job: dict[str, Any], client: df.DurableOrchestrationClient
     runtime = status.runtime_status.value if status and status.runtime_status else None
     seen: dict[str, Any] = {"submission_id": active, "turn_instance_id": turn}
     seen["runtime_status"] = runtime
-    if runtime in ENDED:
+    if runtime in ENDED_RUNTIME_STATUSES:
         seen["output"] = scrub(str(status.output))[:OUTPUT_CHARS]
         live: set[str] = set()
         for prefix in (f"{turn}:", f"{active}:"):
             for child in await client.get_status_by(instance_id_prefix=prefix):
-                if child.runtime_status and child.runtime_status.value not in ENDED:
+                if (
+                    child.runtime_status
+                    and child.runtime_status.value not in ENDED_RUNTIME_STATUSES
+                ):
                     live.add(child.instance_id)
         seen["live"] = sorted(live)
     return seen

@@ -31,8 +31,8 @@ from entities import session_pages
 from kernel import pages
 from kernel import session as core
 from kernel.errors import ConflictError, NotFoundError
+from kernel.statuses import ENDED_RUNTIME_STATUSES
 
-ENDED = frozenset({"Completed", "Failed", "Terminated", "Canceled"})
 SETTLE_SECONDS = 5.0
 CONFIRM_SECONDS = 10.0
 POLL_SECONDS = 0.1
@@ -61,7 +61,9 @@ async def instances(client: df.DurableOrchestrationClient, prefixes: list[str]) 
 
 
 def _ended(status: Any) -> bool:
-    return status.runtime_status is not None and status.runtime_status.value in ENDED
+    return (
+        status.runtime_status is not None and status.runtime_status.value in ENDED_RUNTIME_STATUSES
+    )
 
 
 async def settle(client: df.DurableOrchestrationClient, prefixes: list[str]) -> list[Any]:

@@ -31,13 +31,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from kernel.statuses import FINAL_SUBMISSION_STATUSES
+from kernel.statuses import ENDED_RUNTIME_STATUSES, FINAL_SUBMISSION_STATUSES
 
 SETTING = "AGENT_HISTORY_RETENTION"
 DEFAULT_RETENTION = "7d"
 MAX_RETENTION = timedelta(days=3650)
 MAX_SUBMISSIONS_PER_PASS = 10  # bounds one pass; the next submission's pass goes on from there
-ENDED = frozenset({"Completed", "Failed", "Terminated", "Canceled"})
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^(\d{1,10})([smhd]?)$")
 _FORMS = "'off' or a whole number of seconds, minutes, hours or days (0, 90s, 30m, 12h, 7d)"
@@ -78,7 +77,7 @@ class Instance:
 
     @property
     def ended(self) -> bool:
-        return self.runtime_status in ENDED
+        return self.runtime_status in ENDED_RUNTIME_STATUSES
 
 
 def settled_submissions(

@@ -48,6 +48,8 @@ TERMINAL_TASK_STATUSES = frozenset(
 FINAL_SUBMISSION_STATUSES = frozenset(
     {SubmissionStatus.COMPLETED, SubmissionStatus.FAILED, SubmissionStatus.CANCELLED}
 )
+# The Durable runtime statuses of an instance that has ended (the management API's names).
+ENDED_RUNTIME_STATUSES = frozenset({"Completed", "Failed", "Terminated", "Canceled"})
 
 TaskStatusValue = Literal[
     "pending", "running", "waiting", "sleeping", "completing",

@@ -59,7 +59,12 @@ import azure.durable_functions as df
 from kernel import ids
 from kernel.content import REFERENCE_THRESHOLD_BYTES
 from kernel.requests import MAX_REASON_CHARS
-from kernel.statuses import FINAL_SUBMISSION_STATUSES, SubmissionStatus, TaskStatus
+from kernel.statuses import (
+    ENDED_RUNTIME_STATUSES,
+    FINAL_SUBMISSION_STATUSES,
+    SubmissionStatus,
+    TaskStatus,
+)
 from kernel.text import scrub
 from orchestrators.steps import (
     child_version,
@@ -72,7 +77,6 @@ from orchestrators.steps import (
 bp = df.Blueprint()
 QUEUE_POLL = timedelta(seconds=30)
 ELLIPSIS = "…"
-ENDED = ("Completed", "Failed", "Terminated", "Canceled")
 MAX_SETTLE_STEPS = 10  # dead turns passed over in one go; the next poll goes on from there
 
 
@@ -316,7 +320,7 @@ def settle_turn(
         active = seen.get("submission_id")
         if me is not None and active == me:
             return True
-        if active is None or seen.get("runtime_status") not in ENDED:
+        if active is None or seen.get("runtime_status") not in ENDED_RUNTIME_STATUSES:
             return False
         reason = scrub(
             f"the turn ended ({seen['runtime_status']}) without finishing its submission: "
