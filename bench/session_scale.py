@@ -20,7 +20,10 @@ client's polling does not count), and at each checkpoint (10, 100, 1,000, ... tu
   work a submission costs, independent of the machine's load;
 * on Azure, the rows of the hub table and the median time of a query of one empty
   partition: Azurite evaluates every query against every row of the table it names, so that
-  time shows what the hub's size alone adds to each of the host's partition queries.
+  time shows what the hub's size alone adds to each of the host's partition queries;
+* once ``2 * --window`` submissions are done, the median of the last ``--window`` submissions
+  over the median of the first ``--window`` (``last/first``): the final figure as it stands
+  at that checkpoint, so a run stopped early still prints it.
 
 At the end: the median of the first and of the last ``--window`` submissions of the long
 session and their ratio, and the fresh sessions' medians at the first and last checkpoint.
@@ -129,6 +132,13 @@ class HubProbe:
         return statistics.median(times)
 
 
+def drift(times: list[float], window: int) -> float:
+    """Median of the last ``window`` submissions over that of the first; NaN until both fit."""
+    if len(times) < 2 * window:
+        return float("nan")
+    return statistics.median(times[-window:]) / statistics.median(times[:window])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", choices=("sqlite", "azure"), default="sqlite")
@@ -171,7 +181,7 @@ def main() -> int:
     controls: list[tuple[int, float]] = []
     header = (
         f"{'turns':>6} {'ms/submission':>14} {'ms/round':>9} {'fresh session':>14} "
-        f"{'state bytes':>12} {'batch p50':>10} {'steps/sub':>10}"
+        f"{'state bytes':>12} {'batch p50':>10} {'steps/sub':>10} {'last/first':>10}"
     )
     if probe is not None:
         header += f" {'requests/sub':>13} {'hub rows':>9} {'query ms':>9}"
@@ -211,7 +221,7 @@ def main() -> int:
                 f"{i:>6} {window:>14.1f} {window / ROUNDS_PER_SUBMISSION:>9.1f} {fresh:>14.1f} "
                 f"{state_bytes(host, SESSION):>12} "
                 f"{float((now.get('entity_batch_ms') or {}).get('p50', 'nan')):>10.2f} "
-                f"{steps:>10.1f}"
+                f"{steps:>10.1f} {drift(times, args.window):>10.2f}"
             )
             if probe is not None:
                 line += f" {trips:>13.0f} {probe.rows():>9} {probe.partition_query_ms():>9.2f}"
