@@ -37,7 +37,10 @@ cannot continue when:
   result then found in the history - may rely on being re-run every episode;
 * the code changed: another function object for the orchestrator, or its source file
   changed on disk (a deployment next to a running host; the process still runs what it
-  imported, so the replay runs that code, but nothing continues across the change);
+  imported, so the replay runs that code, but nothing continues across the change). The
+  file's stat is cached for ``STAMP_SECONDS`` (1 s): a stat is a system call, and one per
+  episode was the largest single cost of a short orchestration's episode, so a change on
+  disk ends the sessions that meet it within a second, not at their very next episode;
 * an action the SDK already listed changed afterwards (a timer cancelled later): the walk
   cannot follow a change behind its cursor, so that episode walks the whole list again.
 
@@ -63,6 +66,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -79,15 +83,27 @@ from durable_host import replay
 from durable_host.history import Event, EventType
 from durable_host.shim import Shim
 
+STAMP_SECONDS = 1.0  # how old a source file's cached stat may be (module doc)
+_stamps: dict[str, tuple[float, int, int]] = {}  # file -> (when statted, mtime_ns, size)
 
-def code_stamp(fn: Callable[..., Any]) -> tuple[int, int, int]:
+
+def code_stamp(fn: Callable[..., Any], now: float | None = None) -> tuple[int, int, int]:
     """What identifies the orchestrator's code: the function object and its source file's
-    modification time and size (0, 0 when it has none)."""
-    try:
-        stat = os.stat(fn.__code__.co_filename)
-        return id(fn), stat.st_mtime_ns, stat.st_size
-    except (AttributeError, OSError):
+    modification time and size (0, 0 when it has none), the file statted at most once per
+    ``STAMP_SECONDS`` (``now``: ``time.monotonic()``)."""
+    path = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    if path is None:
         return id(fn), 0, 0
+    now = time.monotonic() if now is None else now
+    seen = _stamps.get(path)
+    if seen is None or now - seen[0] >= STAMP_SECONDS:
+        try:
+            stat = os.stat(path)
+            seen = (now, stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            seen = (now, 0, 0)
+        _stamps[path] = seen
+    return id(fn), seen[1], seen[2]
 
 
 VERIFY_DOUBLING = -1  # ``verify_every``: a full replay whenever the history doubled (module doc)

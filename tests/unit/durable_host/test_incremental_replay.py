@@ -19,13 +19,14 @@ import sys
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import azure.durable_functions as df
 import pytest
 
 from durable_host import orchestration as o
-from durable_host import replay, sdk_codec
+from durable_host import replay, sdk_codec, sessions
 from durable_host.history import Event, EventType
 from durable_host.sessions import Session
 from tests.replay.test_golden_histories import HANDLES, HISTORIES
@@ -183,11 +184,35 @@ def test_a_change_of_the_orchestrator_source_on_disk_ends_the_live_session(tmp_p
     assert session.continued == 2
     source.write_text(source.read_text() + "# deployed again\n")
     os.utime(source, ns=(1, 1))  # a different time even on a coarse clock
+    monkeypatch.setattr(sessions, "STAMP_SECONDS", 0.0)  # as if the stat's second had passed
     d.complete(2, 1)
     assert session.continued == 2  # rebuilt by a full replay
     d.complete(3, 1)
 
     assert session.continued == 3 and (d.status, d.output) == ("Completed", 4)
+
+
+def test_a_source_file_is_statted_at_most_once_per_stamp_period(tmp_path, monkeypatch):
+    source = tmp_path / "stamped.py"
+    source.write_text("def f():\n    return 1\n")
+    spec = importlib.util.spec_from_file_location("stamped", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = module.f
+    monkeypatch.setattr(sessions, "_stamps", {})
+    statted: list[str] = []
+    counting = SimpleNamespace(stat=lambda path: statted.append(path) or os.stat(path))
+    monkeypatch.setattr(sessions, "os", counting)  # this module's os only
+
+    first = sessions.code_stamp(fn, now=100.0)
+    source.write_text("def f():\n    return 2  # deployed again\n")
+    os.utime(source, ns=(1, 1))
+    within = sessions.code_stamp(fn, now=100.0 + sessions.STAMP_SECONDS / 2)
+    assert within == first and len(statted) == 1  # served from the cached stat
+    after = sessions.code_stamp(fn, now=100.0 + sessions.STAMP_SECONDS)
+    assert after != first and len(statted) == 2  # the change seen once the period passed
+    assert sessions.code_stamp(print) == (id(print), 0, 0)  # no source file: nothing to stat
 
 
 CALLS: list[int] = []
