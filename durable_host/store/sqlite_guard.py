@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-import secrets
+import random
 import socket
 import sqlite3
 from pathlib import Path
@@ -79,6 +79,9 @@ class FileOwnership:
         self.epoch = 0
         self._fd: int | None = None
         self._identity: tuple[int, int] | None = None
+        # A nonce tells this host's commits apart, it guards no secret: a generator seeded
+        # once from the OS, not a call into the kernel for every commit.
+        self._nonces = random.Random()
 
     def lock(self) -> None:
         """Lock the file (creating it if absent); ``StoreLockedError`` if another host has it."""
@@ -135,7 +138,7 @@ class FileOwnership:
     def fence(self, db: sqlite3.Connection) -> int:
         """Inside a write transaction: stamp it with a fresh nonce (returned), or
         ``StoreLostError`` if another host owns the file now."""
-        nonce = secrets.randbits(62)
+        nonce = self._nonces.getrandbits(62)
         stamped = db.execute("UPDATE owner SET tx=? WHERE epoch=?", (nonce, self.epoch))
         if stamped.rowcount != 1:
             row = db.execute("SELECT holder FROM owner").fetchone()
