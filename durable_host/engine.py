@@ -66,6 +66,7 @@ discarded, and the process exits without waiting for it).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import sys
@@ -74,7 +75,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from durable_host import (
     entity,
@@ -106,7 +107,9 @@ MAX_ACTIVITY_ATTEMPTS = 5  # default attempts before work is declared poison
 MAX_IDLE_WAIT = 30.0  # seconds; the timer loop re-checks the store at least this often
 MESSAGE_BATCH = 1000  # inbox messages taken into one episode
 MAX_RETRY_DELAY = 30.0  # seconds between attempts at an instance whose processing fails
+INLINE_EVENTS = 64  # default DURABLE_HOST_INLINE_EVENTS (see where it is read)
 MAX_COUNTED_AHEAD = 100_000  # instances whose next attempt a commit counted (memory bound)
+T = TypeVar("T")
 Result = tuple[ActivityWork, dict[str, Any]]  # an activity's work item and its result message
 
 
@@ -150,6 +153,12 @@ def _session_verify() -> int:
 def _history_cache(on: bool) -> replay.HistoryCache | None:
     """The history cache the replay optimisations use (none without them)."""
     return replay.HistoryCache(_env_int("DURABLE_HOST_HISTORY_CACHE", 20_000)) if on else None
+
+
+async def _inline(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn`` on the event loop itself, in a copy of the caller's context (as
+    ``asyncio.to_thread`` gives it one): for work too short to be worth a thread hand-off."""
+    return contextvars.copy_context().run(fn, *args, **kwargs)
 
 
 def _run_episode(
@@ -204,6 +213,9 @@ class Engine:
         )
         # DURABLE_HOST_SESSION_VERIFY: which episodes of a session replay in full anyway.
         self.session_verify = _session_verify()
+        # DURABLE_HOST_INLINE_EVENTS: an episode whose stored history has fewer events runs
+        # on the event loop instead of a worker thread (0: every episode in a thread).
+        self.inline_events = _env_int("DURABLE_HOST_INLINE_EVENTS", INLINE_EVENTS)
         # One commit per step (DURABLE_HOST_STEP_COMMIT=0 turns it off, for comparisons):
         # an activity's result is committed with the episode it unblocks, and a commit
         # counts the next episode's attempt in advance.
@@ -545,13 +557,18 @@ class Engine:
         )
         continued = session.continued if session is not None else 0
         started = time.perf_counter()
-        episode = await asyncio.to_thread(
+        # A short history is decided on the loop: the hand-off to a worker thread and back
+        # cost more than the episode (docs/architecture.md, "Short episodes on the loop").
+        run = _inline if len(history) < self.inline_events else asyncio.to_thread
+        episode = await run(
             _run_episode,
             handle,
             view,
             messages,
             now,
-            uuid.uuid4().hex,
+            # Only a start message opens an execution: other episodes need no id (and
+            # uuid4 asks the kernel for randomness each time).
+            uuid.uuid4().hex if starts else "",
             compact=self.fast_replay,
             poison=poison,
             session=session,

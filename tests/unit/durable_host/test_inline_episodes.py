@@ -1,0 +1,114 @@
+"""Episodes of short histories run on the event loop, longer ones in a worker thread
+(``DURABLE_HOST_INLINE_EVENTS``), with the same results either way."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import threading
+from pathlib import Path
+
+import azure.durable_functions as df
+import azure.functions as func
+import pytest
+
+from durable_host import config as config_mod
+from durable_host import engine as engine_mod
+from durable_host import loader, replay
+from durable_host.client import DurableClient
+from durable_host.config import ConfigError
+from durable_host.engine import Engine
+from durable_host.store.sqlite import SqliteStore
+
+app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
+THREADS: list[tuple[int, str]] = []  # (step, the thread whose episode first ran it)
+MARK: contextvars.ContextVar[str] = contextvars.ContextVar("mark", default="unset")
+
+
+@app.activity_trigger(input_name="value")
+def echo(value):
+    return value
+
+
+@app.orchestration_trigger(context_name="context")
+def counted(context: df.DurableOrchestrationContext):
+    """``steps`` activities; notes which thread ran each step first (not its replays)."""
+    total = 0
+    for step in range(context.get_input()["steps"]):
+        if not context.is_replaying:
+            THREADS.append((step, threading.current_thread().name))
+        MARK.set("set by the orchestrator")  # must not leak into the host's own context
+        total += yield context.call_activity("echo", 1)
+    return total
+
+
+INDEX = loader.index_functions(app)
+
+
+def run_engine(tmp_path: Path, steps: int, inline_events: int | None) -> tuple[str, str]:
+    """Run ``counted`` with ``steps`` to completion; its output and the host's ``MARK``."""
+
+    async def run() -> tuple[str, str]:
+        store = SqliteStore(tmp_path / "hub.db")
+        await store.open()
+        engine = Engine(INDEX, store, config_mod.HostConfig(app_dir=tmp_path), fast_replay=True)
+        if inline_events is not None:
+            engine.inline_events = inline_events
+        await engine.start()
+        try:
+            await DurableClient(engine).start("counted", "i", json.dumps({"steps": steps}))
+            for _ in range(2000):
+                record = await store.get_instance("i")
+                if record is not None and record.status in ("Completed", "Failed"):
+                    return str(record.output_json), MARK.get()
+                await asyncio.sleep(0.01)
+            raise AssertionError("the orchestration did not finish in 20 s")
+        finally:
+            await engine.stop(1.0)
+            await store.close()
+            replay.install(False)
+
+    return asyncio.run(run())
+
+
+def test_short_histories_run_on_the_loop_and_longer_ones_in_a_worker_thread(tmp_path):
+    THREADS.clear()
+    output, mark = run_engine(tmp_path, steps=12, inline_events=16)
+
+    assert output == "12"
+    assert mark == "unset"  # the episode ran in a copy of the loop's context
+    loop_thread = threading.current_thread().name  # asyncio.run runs the loop here
+    # Each step adds about four events to the history: the first steps meet a history of
+    # at most 16 events, the last ones a longer one.
+    short = {name for step, name in THREADS if step < 3}
+    longer = {name for step, name in THREADS if step > 6}
+    assert short == {loop_thread}
+    assert longer and loop_thread not in longer
+
+
+def test_zero_runs_every_episode_in_a_worker_thread(tmp_path):
+    THREADS.clear()
+    output, _ = run_engine(tmp_path, steps=3, inline_events=0)
+
+    assert output == "3"
+    assert threading.current_thread().name not in {name for _, name in THREADS}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, engine_mod.INLINE_EVENTS), ("0", 0), ("500", 500)]
+)
+def test_the_inline_bound_is_a_whole_number_setting(tmp_path, monkeypatch, value, expected):
+    if value is None:
+        monkeypatch.delenv("DURABLE_HOST_INLINE_EVENTS", raising=False)
+    else:
+        monkeypatch.setenv("DURABLE_HOST_INLINE_EVENTS", value)
+    engine = Engine(INDEX, SqliteStore(tmp_path / "t.db"), config_mod.HostConfig(app_dir=tmp_path))
+    assert engine.inline_events == expected
+
+
+@pytest.mark.parametrize("value", ["-1", "many", "6.5"])
+def test_an_unreadable_inline_bound_is_refused_naming_it(tmp_path, monkeypatch, value):
+    monkeypatch.setenv("DURABLE_HOST_INLINE_EVENTS", value)
+    with pytest.raises(ConfigError, match="DURABLE_HOST_INLINE_EVENTS="):
+        Engine(INDEX, SqliteStore(tmp_path / "t.db"), config_mod.HostConfig(app_dir=tmp_path))
