@@ -215,6 +215,27 @@ def test_a_source_file_is_statted_at_most_once_per_stamp_period(tmp_path, monkey
     assert sessions.code_stamp(print) == (id(print), 0, 0)  # no source file: nothing to stat
 
 
+def test_a_copied_orchestrator_is_what_the_sdk_constructs_with_state_of_its_own():
+    def fn(context):
+        yield context.call_activity("a", 1)
+
+    built, copied = df.Orchestrator(fn), sessions.new_orchestrator(fn)
+    other = sessions.new_orchestrator(fn)
+    built_run, copied_run = built.task_orchestration_executor, copied.task_orchestration_executor
+
+    assert vars(copied).keys() == vars(built).keys() and copied.fn is fn
+    assert vars(copied_run).keys() == vars(built_run).keys()
+    assert {k: tuple(v) for k, v in copied_run.event_to_SetTaskValuePayload.items()} == {
+        k: tuple(v) for k, v in built_run.event_to_SetTaskValuePayload.items()
+    }
+    assert copied_run.task_completion_events == built_run.task_completion_events
+    # Per-run state is each copy's own: a run of one leaves the other untouched.
+    copied_run.output, copied_run.orchestrator_returned = "done", True
+    assert other.task_orchestration_executor is not copied_run
+    assert other.task_orchestration_executor.output is None
+    assert other.task_orchestration_executor.current_task is not copied_run.current_task
+
+
 CALLS: list[int] = []
 
 
