@@ -452,7 +452,7 @@ class Engine:
         incoming = messages + [(-1 - n, message) for n, (_, message) in enumerate(results)]
         entity_id = instance_id.startswith("@")
         reading = time.perf_counter()
-        record = await self.store.get_instance(instance_id)
+        record = await self.store.episode_record(instance_id)
         read = time.perf_counter() - reading
         status = record.status if record else None
         if not entity_id and orchestration.all_held(status, [m for _, m in incoming]):

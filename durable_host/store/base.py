@@ -157,6 +157,12 @@ class Store(Protocol):
 
     async def get_instance(self, instance_id: str) -> InstanceRecord | None: ...
 
+    async def episode_record(self, instance_id: str) -> InstanceRecord | None:
+        """What ``get_instance`` answers, for the engine's next episode: a store may answer
+        from its own record of the rows it committed, where no other writer can change them
+        unseen (one host per SQLite file); a shared store reads."""
+        ...
+
     async def get_history(self, instance_id: str) -> list[dict[str, Any]]: ...
 
     async def fetch_messages(

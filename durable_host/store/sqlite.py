@@ -12,6 +12,15 @@ write whose body fails is rolled back to its savepoint and fails alone; a COMMIT
 fails fails them all (unless the nonce shows it applied). One fsync then serves many
 episodes, messages and starts, which is what bounds throughput on one file.
 
+Episode records from memory (``episode_record``): the engine reads an instance's record
+before each episode, and that read was a hand-off to the store thread and back for a row
+this store had itself just written. The store keeps the rows of instances it read or
+committed for an episode; a TEMP trigger on ``instances`` drops an instance's entry from
+inside any statement that inserts, updates or deletes its row - whichever write path, the
+API's included - and only the store thread fills entries, reading the committed row, so an
+entry is never older than the last write the thread ran. Status reads by the API still go
+to the file.
+
 One host process per file (``sqlite_guard``): an exclusive lock on the database file
 itself - whatever path, symlink or hard link reaches it - makes a second host refuse to
 start; every write transaction checks the owner epoch and that the path still names the
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import logging
 import sqlite3
 import time
@@ -69,6 +79,7 @@ from durable_host.store.sqlite_sql import (
 T = TypeVar("T")
 log = logging.getLogger("durable_host.store.sqlite")
 IDENTITY_CHECK_SECONDS = 1.0  # reads notice a removed or replaced file within this time
+MAX_EPISODE_RECORDS = 10_000  # instance rows kept for the next episode (module doc)
 # One transaction deletes a work item per completion: no limit worth having below this.
 MAX_STEP_COMPLETIONS = 1000
 
@@ -79,12 +90,14 @@ class _WorkGone(Exception):
 
 @dataclass(slots=True)
 class _Write:
-    """One write waiting for the store thread: its body runs inside a group's transaction."""
+    """One write waiting for the store thread: its body runs inside a group's transaction,
+    ``after`` (if any) on the store thread once that transaction committed."""
 
     operation: str
     body: Callable[[sqlite3.Connection], Any]
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
+    after: Callable[[sqlite3.Connection], None] | None = None
 
     def settle(self, value: Any = None, error: BaseException | None = None) -> None:
         """From the store thread: hand the outcome to the waiting caller (first one wins)."""
@@ -124,6 +137,8 @@ class SqliteStore:
         self._checked = 0.0  # monotonic time of the last identity check
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
         self._writes: collections.deque[_Write] = collections.deque()  # for the next group
+        # Episode records (module doc): filled on the store thread only, read on the loop.
+        self._records: dict[str, InstanceRecord | None] = {}
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._lost is not None:
@@ -206,12 +221,18 @@ class SqliteStore:
             except sqlite3.Error:
                 log.warning("rollback after %r failed", exc, exc_info=True)
 
-    async def _write(self, operation: str, body: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``body`` in a write transaction (shared with the writes queued beside it)."""
+    async def _write(
+        self,
+        operation: str,
+        body: Callable[[sqlite3.Connection], T],
+        after: Callable[[sqlite3.Connection], None] | None = None,
+    ) -> T:
+        """Run ``body`` in a write transaction (shared with the writes queued beside it);
+        ``after`` once it committed, before the caller hears of it."""
         if self._lost is not None:
             raise self._lost
         loop = asyncio.get_running_loop()
-        write = _Write(operation, body, loop, loop.create_future())
+        write = _Write(operation, body, loop, loop.create_future(), after)
         self._writes.append(write)
         # One drain per write: the first to run takes every write queued by then, the
         # others find the queue empty. The thread runs them in order with the reads.
@@ -268,6 +289,11 @@ class SqliteStore:
         self._commit(db, nonce, f"a commit of {len(applied)} writes")
         for write, value in applied:
             self._after(write.operation)
+            if write.after is not None:
+                try:
+                    write.after(db)
+                except sqlite3.Error:
+                    log.warning("after %s", write.operation, exc_info=True)
             write.settle(value)
 
     async def open(self) -> None:
@@ -288,6 +314,7 @@ class SqliteStore:
                         "database disk image is malformed: " + "; ".join(problems)
                     )
                 db.executescript(SCHEMA + OWNER_SCHEMA)
+                self._watch_instances(db)
                 self._owner.claim(db)
             except BaseException:
                 db.close()
@@ -305,6 +332,30 @@ class SqliteStore:
         except BaseException:
             self._owner.unlock()
             raise
+
+    def _watch_instances(self, db: sqlite3.Connection) -> None:
+        """Any statement that writes an instance's row drops its episode record (module doc)."""
+        db.create_function("forget_record", 1, self._forget_record)
+        for event, row in (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD")):
+            db.execute(
+                f"CREATE TEMP TRIGGER IF NOT EXISTS forget_on_{event.lower()} AFTER {event}"
+                f" ON instances BEGIN SELECT forget_record({row}.instance_id); END"
+            )
+
+    def _forget_record(self, instance_id: str) -> None:
+        self._records.pop(instance_id, None)
+
+    def _remember_record(self, db: sqlite3.Connection, instance_id: str) -> InstanceRecord | None:
+        """On the store thread: read the committed row and keep it (bounded, oldest out)."""
+        row = db.execute(
+            f"SELECT {COLUMNS} FROM instances WHERE instance_id=?", (instance_id,)
+        ).fetchone()
+        record = instance_record(row) if row else None
+        self._records.pop(instance_id, None)  # re-inserted as the newest
+        self._records[instance_id] = record
+        while len(self._records) > MAX_EPISODE_RECORDS:
+            self._records.pop(next(iter(self._records)))
+        return record
 
     def _connect_beside(self) -> None:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -393,6 +444,17 @@ class SqliteStore:
 
         return await self._run(read)
 
+    async def episode_record(self, instance_id: str) -> InstanceRecord | None:
+        """``get_instance`` for the engine's next episode, from memory when this store
+        wrote or read the row last (module doc); a copy the caller may keep."""
+        if self._lost is not None:
+            raise self._lost
+        try:
+            kept = self._records[instance_id]
+        except KeyError:
+            return await self._run(lambda db: copy.copy(self._remember_record(db, instance_id)))
+        return copy.copy(kept)
+
     async def get_history(self, instance_id: str) -> list[dict[str, Any]]:
         def read(db: sqlite3.Connection) -> list[dict[str, Any]]:
             rows = db.execute(
@@ -423,7 +485,7 @@ class SqliteStore:
         def body(db: sqlite3.Connection) -> list[ActivityWork]:
             return self._apply_episode(db, instance_id, episode, now, count_next)
 
-        return await self._write("commit_episode", body)
+        return await self._write("commit_episode", body, self._remembering(instance_id))
 
     async def commit_step(
         self,
@@ -443,9 +505,17 @@ class SqliteStore:
             return created
 
         try:
-            return await self._write("commit_step", body)
+            return await self._write("commit_step", body, self._remembering(instance_id))
         except _WorkGone:
             return None
+
+    def _remembering(self, instance_id: str) -> Callable[[sqlite3.Connection], None]:
+        """After an episode's commit: keep the row it wrote for the instance's next one."""
+
+        def remember(db: sqlite3.Connection) -> None:
+            self._remember_record(db, instance_id)
+
+        return remember
 
     @staticmethod
     def _apply_episode(

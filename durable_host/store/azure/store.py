@@ -183,6 +183,10 @@ class AzureStore:
     async def get_instance(self, instance_id: str) -> InstanceRecord | None:
         return await self.instances.get(instance_id)
 
+    async def episode_record(self, instance_id: str) -> InstanceRecord | None:
+        # Other hosts write this hub's rows: every episode reads the stored one.
+        return await self.get_instance(instance_id)
+
     @translate_azure_errors
     async def get_history(self, instance_id: str) -> list[dict[str, Any]]:
         return await self.instances.history(instance_id)
