@@ -67,6 +67,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
+import inspect
 import logging
 import os
 import sys
@@ -523,6 +525,29 @@ class Engine:
             " (the host process died, or processing failed, every time)"
         )
 
+    async def _decide(
+        self,
+        decide: Callable[[], orchestration.Episode],
+        handle: Any,
+        history_length: int,
+        session: sessions.Session | None,
+    ) -> orchestration.Episode:
+        """Run ``decide`` on the event loop when the history is short and the orchestrator a
+        generator function, else in a worker thread (docs/architecture.md, "Short episodes
+        on the loop"). An episode that fails on the loop is decided again in a thread:
+        code that needs a thread's view of asyncio (a loop of its own, ``run_until_complete``)
+        fails on the loop, and must get the answer the Python worker's thread gives."""
+        fn = getattr(handle, "orchestrator_function", None)
+        if history_length >= self.inline_events or not inspect.isgeneratorfunction(fn):
+            return await asyncio.to_thread(decide)
+        episode = await _inline(decide)
+        if episode.status != RuntimeStatus.FAILED:
+            return episode
+        if session is not None:
+            session.reset()  # the failed run's objects: the thread replays in full
+        self.stats["episodes_decided_again"] = self.stats.get("episodes_decided_again", 0) + 1
+        return await asyncio.to_thread(decide)
+
     async def _episode(
         self,
         instance_id: str,
@@ -557,10 +582,7 @@ class Engine:
         )
         continued = session.continued if session is not None else 0
         started = time.perf_counter()
-        # A short history is decided on the loop: the hand-off to a worker thread and back
-        # cost more than the episode (docs/architecture.md, "Short episodes on the loop").
-        run = _inline if len(history) < self.inline_events else asyncio.to_thread
-        episode = await run(
+        decide = functools.partial(
             _run_episode,
             handle,
             view,
@@ -575,6 +597,7 @@ class Engine:
             history_text=text,
             default_version=self.config.versioning.default_version,
         )
+        episode = await self._decide(decide, handle, len(history), session)
         replayed = time.perf_counter()
         if not episode.consumed:
             return False  # everything is held (suspended): nothing to commit

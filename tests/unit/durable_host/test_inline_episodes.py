@@ -43,13 +43,40 @@ def counted(context: df.DurableOrchestrationContext):
     return total
 
 
+@app.orchestration_trigger(context_name="context")
+def runs_a_loop(context: df.DurableOrchestrationContext):
+    """Runs an event loop of its own, as an agent runner's ``run_sync`` does: it needs a
+    thread with no loop running."""
+
+    async def double(n: int) -> int:
+        return 2 * n
+
+    first = yield context.call_activity("echo", 1)
+    return asyncio.run(double(first))
+
+
+def _plain(context: df.DurableOrchestrationContext):
+    THREADS.append((0, threading.current_thread().name))
+    yield context.call_activity("echo", 1)
+    return "plain"
+
+
+@app.orchestration_trigger(context_name="context")
+def adapted(context: df.DurableOrchestrationContext):
+    """Not a generator function: it returns one built elsewhere (an adapter's shape)."""
+    return _plain(context)
+
+
 INDEX = loader.index_functions(app)
 
 
-def run_engine(tmp_path: Path, steps: int, inline_events: int | None) -> tuple[str, str]:
-    """Run ``counted`` with ``steps`` to completion; its output and the host's ``MARK``."""
+def run_engine(
+    tmp_path: Path, steps: int, inline_events: int | None, name: str = "counted"
+) -> tuple[str, str, dict[str, int]]:
+    """Run ``name`` (``counted`` with ``steps``) to completion; its output, the host's
+    ``MARK`` and the engine's counters."""
 
-    async def run() -> tuple[str, str]:
+    async def run() -> tuple[str, str, dict[str, int]]:
         store = SqliteStore(tmp_path / "hub.db")
         await store.open()
         engine = Engine(INDEX, store, config_mod.HostConfig(app_dir=tmp_path), fast_replay=True)
@@ -57,11 +84,11 @@ def run_engine(tmp_path: Path, steps: int, inline_events: int | None) -> tuple[s
             engine.inline_events = inline_events
         await engine.start()
         try:
-            await DurableClient(engine).start("counted", "i", json.dumps({"steps": steps}))
+            await DurableClient(engine).start(name, "i", json.dumps({"steps": steps}))
             for _ in range(2000):
                 record = await store.get_instance("i")
                 if record is not None and record.status in ("Completed", "Failed"):
-                    return str(record.output_json), MARK.get()
+                    return str(record.output_json), MARK.get(), dict(engine.stats)
                 await asyncio.sleep(0.01)
             raise AssertionError("the orchestration did not finish in 20 s")
         finally:
@@ -74,10 +101,11 @@ def run_engine(tmp_path: Path, steps: int, inline_events: int | None) -> tuple[s
 
 def test_short_histories_run_on_the_loop_and_longer_ones_in_a_worker_thread(tmp_path):
     THREADS.clear()
-    output, mark = run_engine(tmp_path, steps=12, inline_events=16)
+    output, mark, stats = run_engine(tmp_path, steps=12, inline_events=16)
 
     assert output == "12"
     assert mark == "unset"  # the episode ran in a copy of the loop's context
+    assert "episodes_decided_again" not in stats
     loop_thread = threading.current_thread().name  # asyncio.run runs the loop here
     # Each step adds about four events to the history: the first steps meet a history of
     # at most 16 events, the last ones a longer one.
@@ -89,10 +117,27 @@ def test_short_histories_run_on_the_loop_and_longer_ones_in_a_worker_thread(tmp_
 
 def test_zero_runs_every_episode_in_a_worker_thread(tmp_path):
     THREADS.clear()
-    output, _ = run_engine(tmp_path, steps=3, inline_events=0)
+    output, _, _ = run_engine(tmp_path, steps=3, inline_events=0)
 
     assert output == "3"
     assert threading.current_thread().name not in {name for _, name in THREADS}
+
+
+def test_code_that_runs_its_own_event_loop_gets_the_answer_a_thread_gives(tmp_path):
+    # On the loop asyncio.run fails ("cannot be called from a running event loop"): the
+    # episode is decided again in a worker thread, where it runs.
+    output, _, stats = run_engine(tmp_path, steps=0, inline_events=64, name="runs_a_loop")
+
+    assert output == "2"
+    assert stats["episodes_decided_again"] == 1  # the last episode, the one that runs it
+
+
+def test_an_orchestrator_that_is_not_a_generator_function_runs_in_a_thread(tmp_path):
+    THREADS.clear()
+    output, _, _ = run_engine(tmp_path, steps=0, inline_events=64, name="adapted")
+
+    assert output == '"plain"'
+    assert THREADS and threading.current_thread().name not in {name for _, name in THREADS}
 
 
 @pytest.mark.parametrize(
