@@ -109,6 +109,16 @@ def test_after_its_own_commit_sqlite_answers_from_memory_and_reads_after_other_w
     sqlite_run(tmp_path, body)
 
 
+def test_a_start_keeps_the_row_its_first_episode_reads(tmp_path) -> None:
+    async def body(store: SqliteStore, trips: list[str]) -> None:
+        await store.create_instance(record("s", T0), start_message(), NON_RUNNING)
+
+        assert (await store.episode_record("s")).status == "Pending"
+        assert trips == []
+
+    sqlite_run(tmp_path, body)
+
+
 def test_sqlite_keeps_a_bounded_number_of_records(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(sqlite_store, "MAX_EPISODE_RECORDS", 3)
 
