@@ -77,7 +77,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from durable_host import (
     entity,
@@ -111,7 +111,6 @@ MESSAGE_BATCH = 1000  # inbox messages taken into one episode
 MAX_RETRY_DELAY = 30.0  # seconds between attempts at an instance whose processing fails
 INLINE_EVENTS = 64  # default DURABLE_HOST_INLINE_EVENTS (see where it is read)
 MAX_COUNTED_AHEAD = 100_000  # instances whose next attempt a commit counted (memory bound)
-T = TypeVar("T")
 Result = tuple[ActivityWork, dict[str, Any]]  # an activity's work item and its result message
 
 
@@ -155,12 +154,6 @@ def _session_verify() -> int:
 def _history_cache(on: bool) -> replay.HistoryCache | None:
     """The history cache the replay optimisations use (none without them)."""
     return replay.HistoryCache(_env_int("DURABLE_HOST_HISTORY_CACHE", 20_000)) if on else None
-
-
-async def _inline(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``fn`` on the event loop itself, in a copy of the caller's context (as
-    ``asyncio.to_thread`` gives it one): for work too short to be worth a thread hand-off."""
-    return contextvars.copy_context().run(fn, *args, **kwargs)
 
 
 def _run_episode(
@@ -540,7 +533,7 @@ class Engine:
         fn = getattr(handle, "orchestrator_function", None)
         if history_length >= self.inline_events or not inspect.isgeneratorfunction(fn):
             return await asyncio.to_thread(decide)
-        episode = await _inline(decide)
+        episode = contextvars.copy_context().run(decide)  # the context to_thread would give
         if episode.status != RuntimeStatus.FAILED:
             return episode
         if session is not None:
