@@ -38,8 +38,8 @@ cannot continue when:
 * the code changed: another function object for the orchestrator, or its source file
   changed on disk (a deployment next to a running host; the process still runs what it
   imported, so the replay runs that code, but nothing continues across the change). The
-  file's stat is cached for ``STAMP_SECONDS`` (1 s): a stat is a system call, and one per
-  episode was the largest single cost of a short orchestration's episode, so a change on
+  file's stat is cached for ``STAMP_SECONDS`` (1 s), not taken at every episode (a system
+  call, during which the thread gives up the GIL and then waits for it), so a change on
   disk ends the sessions that meet it within a second, not at their very next episode;
 * an action the SDK already listed changed afterwards (a timer cancelled later): the walk
   cannot follow a change behind its cursor, so that episode walks the whole list again.
@@ -109,8 +109,8 @@ def code_stamp(fn: Callable[..., Any], now: float | None = None) -> tuple[int, i
 
 def new_orchestrator(fn: Callable[..., Any]) -> Orchestrator:
     """What ``Orchestrator(fn)`` builds, without its cost: the SDK's executor defines a new
-    namedtuple class in every ``__init__`` (a class compiled from source text, about as
-    long as replaying a short history) for two lookup tables it only reads. They are
+    namedtuple class in every ``__init__`` (a class compiled from source text) for two
+    lookup tables it only reads. They are
     copied from an executor built once; ``initialize`` is the SDK's own reset of the
     per-run state. tests/unit/durable_host/test_incremental_replay.py pins that the copy
     has exactly the attributes a constructed one has."""
