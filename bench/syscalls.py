@@ -4,7 +4,8 @@ worker thread (``DURABLE_HOST_INLINE_EVENTS=0``).
 
 For each variant: a host on a fresh SQLite file (``bench/app``), ``--warm`` chains run
 first, then ``strace -f -c`` attached while ``--count`` chains are started one after the
-other and awaited. Printed per orchestration: every call made at least once per
+other and awaited (one status query every 50 ms; the per-instance reads come after the
+trace). Printed per orchestration: every call made at least once per
 orchestration, and the total. ``futex`` counts threads waiting for each other (the GIL, a
 worker's queue); ``sendto`` is mostly the event loop's self-pipe, one per result a thread
 hands back to the loop. Counts, not times: they hardly move with the machine's load.
@@ -28,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.run import completed, start_many
+from bench.run import all_finished, completed, start_many
 from durable_host.testing import HostProcess
 
 VARIANTS = {"loop (default)": {}, "threads (INLINE_EVENTS=0)": {"DURABLE_HOST_INLINE_EVENTS": "0"}}
@@ -39,7 +40,7 @@ def per_orchestration(env: dict[str, str], count: int, warm: int) -> dict[str, f
     host = HostProcess(ROOT / "bench" / "app", f"sqlite:{tmp / 'b.db'}", env=dict(env)).start()
     assert host.process is not None
     try:
-        for instance in start_many(host, "chain", {"steps": 5}, warm):
+        for instance in start_many(host, "chain", {"steps": 5}, warm, "warm-"):
             completed(host, instance)
         out = tmp / "strace.txt"
         tracer = subprocess.Popen(
@@ -47,10 +48,12 @@ def per_orchestration(env: dict[str, str], count: int, warm: int) -> dict[str, f
             stderr=subprocess.DEVNULL,
         )
         time.sleep(1)  # strace attaches to every thread before the work starts
-        for instance in start_many(host, "chain", {"steps": 5}, count):
-            completed(host, instance)
+        ids = start_many(host, "chain", {"steps": 5}, count, "run-")
+        all_finished(host, "run-")
         tracer.send_signal(signal.SIGINT)
         tracer.wait(30)
+        for instance in ids:
+            completed(host, instance)
     finally:
         host.kill()
     calls: dict[str, float] = {}
