@@ -190,20 +190,23 @@ class DurableClient:
             created_at=now,
             updated_at=now,
         )
+        message = {"kind": MessageKind.START, "event": start}
+        later = bool(scheduled_start and scheduled_start > now)
         try:
             with telemetry.creating_orchestration(start, instance_id):  # its trace, in `start`
-                await self.store.create_instance(
+                message_id = await self.store.create_instance(
                     record,
-                    {"kind": MessageKind.START, "event": start},
+                    message,
                     self.engine.config.overridable_states,
                     visible_at=scheduled_start,
+                    count_first=not later and self.engine.counts_first(message),
                 )
         except InstanceExistsError as exc:
             raise ClientError(409, str(exc), ALREADY_EXISTS) from exc
-        if scheduled_start and scheduled_start > now:
+        if later:
             self.engine.wake_timers()
         else:
-            self.engine.notify(instance_id)
+            self.engine.started(instance_id, message_id, message, now)
         return instance_id
 
     async def require(self, instance_id: str) -> InstanceRecord:

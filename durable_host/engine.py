@@ -35,7 +35,8 @@ Poison: before each episode or entity batch the store counts one more attempt
 (``begin_attempt``; a commit resets it). A commit that schedules an activity of the
 instance counts its next attempt (the step) in advance, in its own transaction
 (``count_next``; not with ``poison_attempts`` 1), and the engine runs the next episode
-without a write of its own; a run that dies is counted all the same, and a graceful stop
+without a write of its own; so does a start on a store that can (``count_first``), whose
+first episode then also takes the start message from memory (``started``); a run that dies is counted all the same, and a graceful stop
 gives back the advance counts it did not use. (A crash while no episode of the instance
 ran - in its activity - leaves that advance count standing, so it adds one attempt at
 most, once per commit.) Work that kills the process every time, or fails every time,
@@ -212,14 +213,17 @@ class Engine:
         # on the event loop instead of a worker thread (0: every episode in a thread).
         self.inline_events = _env_int("DURABLE_HOST_INLINE_EVENTS", INLINE_EVENTS)
         # One commit per step (DURABLE_HOST_STEP_COMMIT=0 turns it off, for comparisons):
-        # an activity's result is committed with the episode it unblocks, and a commit
-        # counts the next episode's attempt in advance.
+        # an activity's result is committed with the episode it unblocks, and a commit (or
+        # a start) counts the next episode's attempt in advance.
         self.step_commits = _env_flag("DURABLE_HOST_STEP_COMMIT", True)
         # Activity results handed over by the runner, for the instance's next episode.
         self._results: dict[str, list[Result]] = {}
         self._inbox: set[str] = set()  # instances told of stored messages since their fetch
         # Instances whose last commit here counted their next attempt: the commit's time.
         self._counted: dict[str, str] = {}
+        # Starts committed here that counted their first attempt: the start's time, the
+        # message's inbox id and the message, for the first episode (``started``).
+        self._starts: dict[str, tuple[str, int, dict[str, Any]]] = {}
         self._failures: dict[str, int] = {}  # instances whose processing failed, in a row
         # Instances whose last attempt a store error ended: its count, for the next attempt.
         self._uncounted: dict[str, int] = {}
@@ -314,6 +318,34 @@ class Engine:
         if self._stopping:
             return
         self._inbox.add(instance_id)
+        self._ready_up(instance_id)
+
+    def counts_first(self, start: dict[str, Any]) -> bool:
+        """Whether a start may count its first episode's attempt in advance and hand its
+        message over (``Store.create_instance``'s ``count_first``, then ``started``): as a
+        commit counts the step after it (``_counts_next``), never with a single attempt
+        allowed, and not for a version this host would leave untouched (a parked instance
+        is not counted)."""
+        return (
+            self.step_commits
+            and self.poison_attempts >= 2
+            and not self._stopping
+            and len(self._starts) < MAX_COUNTED_AHEAD
+            and versioning.blocked(self.config.versioning, None, None, [start]) is None
+        )
+
+    def started(
+        self, instance_id: str, message_id: int | None, start: dict[str, Any], now: str
+    ) -> None:
+        """An immediate start this host committed at ``now``. With the start message's inbox
+        id (the store counted the first attempt with it) the first episode takes ``start``
+        from here: it neither reads the inbox, nor counts, nor reads the history (a start
+        leaves none) - unless it is not all there is to know (``_handed_start``)."""
+        if message_id is None or self._stopping:
+            self.notify(instance_id)
+            return
+        self._starts[instance_id] = (now, message_id, start)
+        self._note_counted(instance_id, True, now)
         self._ready_up(instance_id)
 
     def deliver(self, work: ActivityWork, message: dict[str, Any]) -> bool:
@@ -430,7 +462,12 @@ class Engine:
         """
         now = self.now()
         messages: list[tuple[int, dict[str, Any]]] = []
-        if not results or instance_id in self._inbox:
+        record, read = None, 0.0
+        fresh = await self._handed_start(instance_id)
+        if fresh is not None:
+            record, read, start = fresh
+            messages = [start]
+        elif not results or instance_id in self._inbox:
             self._inbox.discard(instance_id)
             messages = await self.store.fetch_messages(instance_id, now, MESSAGE_BATCH)
             if len(messages) >= MESSAGE_BATCH:
@@ -446,9 +483,10 @@ class Engine:
         # Results take ids no inbox message has; the commit tells the store which it took.
         incoming = messages + [(-1 - n, message) for n, (_, message) in enumerate(results)]
         entity_id = instance_id.startswith("@")
-        reading = time.perf_counter()
-        record = await self.store.episode_record(instance_id)
-        read = time.perf_counter() - reading
+        if fresh is None:
+            reading = time.perf_counter()
+            record = await self.store.episode_record(instance_id)
+            read = time.perf_counter() - reading
         status = record.status if record else None
         if not entity_id and orchestration.all_held(status, [m for _, m in incoming]):
             return False  # e.g. events for a suspended instance: nothing to do, nothing to count
@@ -467,7 +505,7 @@ class Engine:
                 return False
             async with self._orchestrator_slots:
                 return await self._episode(
-                    instance_id, record, incoming, results, now, poison, read
+                    instance_id, record, incoming, results, now, poison, read, fresh is not None
                 )
         except StoreError:
             self._uncounted[instance_id] = attempts
@@ -494,6 +532,24 @@ class Engine:
         ):
             log.warning("left untouched: %s", verdict.reason)
         return verdict
+
+    async def _handed_start(
+        self, instance_id: str
+    ) -> tuple[InstanceRecord, float, tuple[int, dict[str, Any]]] | None:
+        """The start message ``started`` handed over, with the instance record and the
+        seconds its read took, when it is all there is to know: no message was told of since
+        (``notify``) and nothing wrote the instance since its start (the record is the
+        start's own). None: the episode reads the inbox and counts, as for any message."""
+        handed = self._starts.pop(instance_id, None)
+        if handed is None or instance_id in self._inbox:
+            return None
+        at, message_id, message = handed
+        reading = time.perf_counter()
+        record = await self.store.episode_record(instance_id)
+        read = time.perf_counter() - reading
+        if record is None or record.updated_at != at:
+            return None
+        return record, read, (message_id, message)
 
     async def _count_attempt(
         self, instance_id: str, record: InstanceRecord | None
@@ -550,13 +606,15 @@ class Engine:
         now: str,
         poison: str | None,
         read: float,
+        fresh: bool = False,
     ) -> bool:
         """``messages`` includes ``results`` (under negative ids); ``read``: seconds the
-        instance record took to read (part of the ``load`` timing). True if the results were
-        committed with the episode."""
+        instance record took to read (part of the ``load`` timing); ``fresh``: the first
+        episode of a start handed over (``started``), whose history is empty. True if the
+        results were committed with the episode."""
         loading = time.perf_counter() - read
         try:
-            history, session, text = await self._history(instance_id, record)
+            history, session, text = await self._history(instance_id, record, fresh)
         except CorruptHistoryError as exc:
             stored = [(i, m) for i, m in messages if i >= 0]
             await self._quarantine_unreadable(instance_id, record, stored, str(exc), now)
@@ -672,10 +730,13 @@ class Engine:
             self._counted[instance_id] = now
 
     async def _history(
-        self, instance_id: str, record: InstanceRecord | None
+        self, instance_id: str, record: InstanceRecord | None, fresh: bool = False
     ) -> tuple[list[dict[str, Any]], sessions.Session | None, replay.HistoryText | None]:
-        """The stored history (from the cache when it is current), the SDK session to use
-        and the history's SDK text (a new one, filled by the episode, on a cache miss)."""
+        """The stored history (from the cache when it is current; none after a ``fresh``
+        start), the SDK session to use and the history's SDK text (a new one, filled by the
+        episode, on a cache miss)."""
+        if fresh:
+            return [], self._session(None), self._text(None) if self.cache is not None else None
         if self.cache is not None and record is not None:
             cached = self.cache.get(instance_id, (record.execution_id, record.updated_at))
             if cached is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import inspect
 import queue
 import threading
@@ -77,10 +78,16 @@ def build_kwargs(
             kwargs[binding["name"]] = trigger_value
         elif kind == "durableClient":
             kwargs[binding["name"]] = client_json()
-    parameters = inspect.signature(info.fn).parameters
-    if "context" in parameters and "context" not in names:
+    if "context" not in names and _takes_context(info.fn):
         kwargs["context"] = _Context(info.name, app_dir)
     return kwargs
+
+
+@functools.cache
+def _takes_context(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` has a ``context`` parameter; an app's functions are few and fixed, and
+    ``inspect.signature`` costs more than the rest of an activity's dispatch."""
+    return "context" in inspect.signature(fn).parameters
 
 
 async def call(fn: Callable[..., Any], kwargs: dict[str, Any], *, daemon: bool = False) -> Any:

@@ -149,7 +149,16 @@ class Store(Protocol):
         start_message: dict[str, Any],
         overridable: tuple[str, ...],
         visible_at: str | None = None,
-    ) -> None: ...
+        *,
+        count_first: bool = False,
+    ) -> int | None:
+        """Create (or restart) the instance with ``start_message`` in its inbox. With
+        ``count_first`` a store may also count the first episode's attempt in the same
+        transaction, as a commit's ``count_next`` does, and then returns the start message's
+        inbox id: the engine hands the message to that episode, which neither reads the
+        inbox nor counts. None: nothing counted (a shared store, where another host may take
+        the instance, reads and counts as for any message)."""
+        ...
 
     async def send(
         self, instance_id: str, message: dict[str, Any], now: str, status: str | None = None

@@ -383,8 +383,10 @@ class SqliteStore:
         start_message: dict[str, Any],
         overridable: tuple[str, ...],
         visible_at: str | None = None,
-    ) -> None:
-        def body(db: sqlite3.Connection) -> None:
+        *,
+        count_first: bool = False,
+    ) -> int | None:
+        def body(db: sqlite3.Connection) -> int | None:
             row = db.execute(
                 "SELECT status FROM instances WHERE instance_id=?", (record.instance_id,)
             ).fetchone()
@@ -412,13 +414,23 @@ class SqliteStore:
                     0,
                 ),
             )
-            db.execute(
+            inserted = db.execute(
                 "INSERT INTO inbox (instance_id, message, visible_at) VALUES (?,?,?)",
                 (record.instance_id, codec.encode(start_message), visible_at),
             )
+            if not count_first:
+                return None
+            db.execute(
+                "INSERT OR REPLACE INTO attempts (instance_id, count) VALUES (?, 1)",
+                (record.instance_id,),
+            )
+            return inserted.lastrowid
 
         # The first episode reads this row: keep it (module doc, "Episode records").
-        await self._write("create_instance", body, self._remembering(record.instance_id))
+        created: int | None = await self._write(
+            "create_instance", body, self._remembering(record.instance_id)
+        )
+        return created
 
     async def send(
         self, instance_id: str, message: dict[str, Any], now: str, status: str | None = None

@@ -3,7 +3,8 @@
 The engine commits an activity's result together with the episode it unblocks; the store
 must apply all of it or nothing, refuse the whole step when a result was already reported
 by another run, and keep a result the episode did not take in the inbox. Commits may also
-count the next episode's attempt in advance (``count_next``).
+count the next episode's attempt in advance (``count_next``), and a start its first
+(``count_first``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from durable_host.config import NON_RUNNING
 from durable_host.orchestration import Episode, Outgoing
 from durable_host.records import Completion
 from tests.store.test_store_contract import (
@@ -22,6 +24,8 @@ from tests.store.test_store_contract import (
     fail_at_commit,
     names,
     raised,
+    record,
+    start_message,
     started,
 )
 
@@ -173,6 +177,31 @@ def test_a_commit_can_count_the_next_attempt_in_advance(run_store) -> None:
             "a", Episode(consumed=[i for i, _ in messages], events=[event(6)]), at(4)
         )
         await store.fetch_messages("a", at(4))
+        assert await store.begin_attempt("a") == 1
+
+    run_store(body)
+
+
+def test_a_start_can_count_its_first_attempt_and_name_its_message(kind, run_store) -> None:
+    async def body(store: Any) -> None:
+        handed = await store.create_instance(
+            record("a"), start_message(), NON_RUNNING, count_first=True
+        )
+        plain = await store.create_instance(record("b"), start_message(), NON_RUNNING)
+
+        [(message_id, message)] = await store.fetch_messages("a", T0)
+        assert plain is None
+        if kind == "azure":
+            # Another host may take the instance: its first episode reads and counts.
+            assert handed is None
+            assert await store.begin_attempt("a") == 1
+            return
+        assert handed == message_id and message == start_message()
+        # The first episode is counted already: another attempt (after a crash) is the 2nd.
+        assert await store.begin_attempt("a") == 2
+        assert await store.begin_attempt("b") == 1
+        await store.commit_episode("a", Episode(consumed=[handed], events=[event(0)]), at(1))
+        assert await store.fetch_messages("a", at(1)) == []
         assert await store.begin_attempt("a") == 1
 
     run_store(body)

@@ -169,8 +169,11 @@ class AzureStore:
         start_message: dict[str, Any],
         overridable: tuple[str, ...],
         visible_at: str | None = None,
-    ) -> None:
+        *,
+        count_first: bool = False,
+    ) -> int | None:
         await self.instances.create(record, start_message, overridable, visible_at)
+        return None  # other hosts may take the instance: its episode reads and counts
 
     @translate_azure_errors
     async def send(
