@@ -54,3 +54,27 @@ def test_concurrent_writes_share_commits_and_each_fails_alone(
     run(tmp_path, body)
     assert sum(groups) == 2 + 41  # the two writes of ``started``, then the gathered ones
     assert max(groups) > 1  # writes queued behind a commit went into one transaction
+
+
+def test_a_read_sees_every_write_queued_before_it_and_no_write_is_left_behind(
+    tmp_path: Path,
+) -> None:
+    # A write joins a drain already queued instead of queueing one of its own; that drain
+    # still runs before any read submitted after the write, and a write queued while a
+    # drain runs gets a drain of its own.
+    async def body(store: SqliteStore) -> None:
+        calls: list[Any] = []
+        for n in range(30):
+            calls.append(store.send("inbox", raised(str(n)), T0))
+            calls.append(store.fetch_messages("inbox", T0))
+        async with asyncio.timeout(30):
+            outcomes = await asyncio.gather(*calls)
+        seen = [len(messages) for messages in outcomes[1::2]]
+        assert all(count >= n + 1 for n, count in enumerate(seen)), seen
+        assert seen[-1] == 30
+        for n in range(5):  # one at a time: each finds no drain queued
+            async with asyncio.timeout(10):
+                await store.send("inbox", raised(f"late {n}"), T0)
+        assert len(await store.fetch_messages("inbox", T0)) == 35
+
+    run(tmp_path, body)
