@@ -137,7 +137,6 @@ class SqliteStore:
         self._checked = 0.0  # monotonic time of the last identity check
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
         self._writes: collections.deque[_Write] = collections.deque()  # for the next group
-        self._drain_queued = False  # a drain is in the thread's queue and has not begun
         # Episode records (module doc): filled on the store thread only, read on the loop.
         self._records: dict[str, InstanceRecord | None] = {}
 
@@ -235,19 +234,12 @@ class SqliteStore:
         loop = asyncio.get_running_loop()
         write = _Write(operation, body, loop, loop.create_future(), after)
         self._writes.append(write)
-        # A drain queued and not yet begun takes this write too (it clears the flag before
-        # it takes the queue), and runs before any read submitted after this write.
-        if not self._drain_queued:
-            self._drain_queued = True  # before the submit: the drain may begin at once
-            try:
-                self._pool.submit(self._drain)
-            except BaseException:
-                self._drain_queued = False
-                raise
+        # One drain per write: the first to run takes every write queued by then, the
+        # others find the queue empty. The thread runs them in order with the reads.
+        self._pool.submit(self._drain)
         return await self._translated(write.future)
 
     def _drain(self) -> None:
-        self._drain_queued = False
         batch: list[_Write] = []
         while self._writes:
             batch.append(self._writes.popleft())

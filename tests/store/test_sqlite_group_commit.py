@@ -59,9 +59,8 @@ def test_concurrent_writes_share_commits_and_each_fails_alone(
 def test_a_read_sees_every_write_queued_before_it_and_no_write_is_left_behind(
     tmp_path: Path,
 ) -> None:
-    # A write joins a drain already queued instead of queueing one of its own; that drain
-    # still runs before any read submitted after the write, and a write queued while a
-    # drain runs gets a drain of its own.
+    # Writes go to the group a queued drain takes; a read queued after a write runs after
+    # that write's group committed.
     async def body(store: SqliteStore) -> None:
         calls: list[Any] = []
         for n in range(30):
@@ -72,7 +71,7 @@ def test_a_read_sees_every_write_queued_before_it_and_no_write_is_left_behind(
         seen = [len(messages) for messages in outcomes[1::2]]
         assert all(count >= n + 1 for n, count in enumerate(seen)), seen
         assert seen[-1] == 30
-        for n in range(5):  # one at a time: each finds no drain queued
+        for n in range(5):
             async with asyncio.timeout(10):
                 await store.send("inbox", raised(f"late {n}"), T0)
         assert len(await store.fetch_messages("inbox", T0)) == 35
