@@ -7,18 +7,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import azure.durable_functions as df
 import azure.functions as func
 import pytest
 
 from durable_host import config as config_mod
-from durable_host import entity, loader, replay
+from durable_host import entity, loader, replay, sdk_codec
 from durable_host import history as h
 from durable_host import orchestration as o
 from durable_host.client import DurableClient, transform_history
 from durable_host.engine import Engine
+from durable_host.records import MessageKind
 from durable_host.store.base import CorruptHistoryError, InstanceRecord
 from durable_host.store.sqlite import SqliteStore
 from tests.unit.durable_host.driver import Driver, handle_of
@@ -343,13 +346,20 @@ async def until(probe, seconds: float = 10.0):
     raise AssertionError("condition not reached")
 
 
-def engine_test(tmp_path: Path, body) -> None:
+def engine_test(tmp_path: Path, body, *, poison_attempts: int = 2, workers: bool = True) -> None:
+    """Run ``body(engine, client)`` against an engine on a fresh SQLite store; without
+    ``workers`` the body runs episodes itself (``Engine._process``), as a worker would."""
+
     async def run() -> None:
         store = SqliteStore(tmp_path / "hub.db")
         await store.open()
         config = config_mod.HostConfig(app_dir=tmp_path)
-        engine = Engine(INDEX, store, config, fast_replay=True, poison_attempts=2)
-        await engine.start()
+        engine = Engine(INDEX, store, config, fast_replay=True, poison_attempts=poison_attempts)
+        if workers:
+            await engine.start()
+        else:
+            replay.install(True)
+            sdk_codec.install(True)
         try:
             await body(engine, DurableClient(engine))
         finally:
@@ -392,6 +402,81 @@ def test_the_history_cache_serves_hot_instances_and_forgets_finished_ones(tmp_pa
 async def _finished(engine: Engine, instance_id: str):
     record = await engine.store.get_instance(instance_id)
     return record if record and record.status in ("Completed", "Failed") else None
+
+
+def reads_and_counts(store: SqliteStore) -> Counter[str]:
+    """Count the store calls a start's first episode takes from memory when it can."""
+    calls: Counter[str] = Counter()
+    for name in ("fetch_messages", "begin_attempt", "get_history"):
+        original = getattr(store, name)
+
+        def counted(*args: Any, _name: str = name, _original: Any = original) -> Any:
+            calls[_name] += 1
+            return _original(*args)
+
+        setattr(store, name, counted)
+    return calls
+
+
+def test_a_start_hands_its_message_to_the_first_episode(tmp_path):
+    # On SQLite the start counts the first attempt and names its message's inbox row: no
+    # episode of the instance reads the inbox, counts an attempt or reads a history.
+    async def body(engine: Engine, client: DurableClient) -> None:
+        calls = reads_and_counts(engine.store)
+        await client.start("steps", "i", None)
+
+        done = await until(lambda: _finished(engine, "i"))
+
+        assert done.output_json == "[1,2]"
+        assert calls == Counter()
+
+    engine_test(tmp_path, body)
+
+
+def test_with_a_single_attempt_allowed_the_first_episode_reads_and_counts(tmp_path):
+    # An attempt counted in advance and a crash before the episode would quarantine an
+    # instance that never ran: the start counts nothing, each episode counts for itself.
+    async def body(engine: Engine, client: DurableClient) -> None:
+        calls = reads_and_counts(engine.store)
+        await client.start("steps", "i", None)
+
+        done = await until(lambda: _finished(engine, "i"))
+
+        assert done.output_json == "[1,2]"
+        assert calls["fetch_messages"] == 1 and calls["begin_attempt"] == 3
+
+    engine_test(tmp_path, body, poison_attempts=1)
+
+
+def test_a_write_to_the_instance_after_its_start_makes_the_first_episode_read(tmp_path):
+    async def body(engine: Engine, client: DurableClient) -> None:
+        await client.start("waits", "i", None)
+        # A message (with a status write) the engine was not told of: the handed start is
+        # no longer all there is to know.
+        go = {"kind": MessageKind.EVENT, "event": h.event_raised(engine.now(), "go", '"ready"')}
+        await engine.store.send("i", go, engine.now(), status="Pending")
+        calls = reads_and_counts(engine.store)
+
+        await engine._process("i")
+
+        assert calls["fetch_messages"] == 1
+        assert (await _finished(engine, "i")).output_json == '"ready"'
+
+    engine_test(tmp_path, body, workers=False)
+
+
+def test_a_message_the_engine_was_told_of_makes_the_first_episode_read(tmp_path):
+    async def body(engine: Engine, client: DurableClient) -> None:
+        await client.start("waits", "i", None)
+        await client.raise_event("i", "go", json.dumps("told"))
+        calls = reads_and_counts(engine.store)
+
+        await engine._process("i")
+
+        assert calls["fetch_messages"] == 1
+        assert (await _finished(engine, "i")).output_json == '"told"'
+
+    engine_test(tmp_path, body, workers=False)
 
 
 def test_with_sessions_on_later_steps_continue_the_live_orchestration(tmp_path):
