@@ -36,10 +36,11 @@ Poison: before each episode or entity batch the store counts one more attempt
 instance counts its next attempt (the step) in advance, in its own transaction
 (``count_next``; not with ``poison_attempts`` 1), and the engine runs the next episode
 without a write of its own; so does a start on a store that can (``count_first``), whose
-first episode then also takes the start message from memory (``started``); a run that dies is counted all the same, and a graceful stop
-gives back the advance counts it did not use. (A crash while no episode of the instance
-ran - in its activity - leaves that advance count standing, so it adds one attempt at
-most, once per commit.) Work that kills the process every time, or fails every time,
+first episode then also takes the start message from memory (``started``). A run that
+dies is counted all the same, and a graceful stop gives back the advance counts it did
+not use. (A crash while no episode of the instance ran - in its activity, or before its
+first episode - leaves that advance count standing, so it adds one attempt at most, once
+per commit or start.) Work that kills the process every time, or fails every time,
 reaches ``poison_attempts`` and is quarantined. A failure of the
 storage itself (``StoreError``: a full disk, an outage) is not the work's fault: the
 attempt it ended does not count - the next attempt reuses its count instead of counting
