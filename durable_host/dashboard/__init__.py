@@ -29,6 +29,7 @@ from durable_host.records import Query, RuntimeStatus
 
 BASE = "/admin/dashboard"
 PAGE_SIZE = 25
+MAX_TOP = 200  # rows one answer may ask for (``top``)
 MAX_SCAN_PAGES = 20  # a name filter scans at most this many store pages per answer
 STATIC = ("index.html", "dashboard.js", "dashboard.css")  # package data, inlined in the page
 STATUSES = tuple(s.value for s in RuntimeStatus)
@@ -109,10 +110,13 @@ class Dashboard:
         unknown = [s for s in statuses if s not in STATUSES]
         if unknown:
             raise ClientError(400, f"unknown status {', '.join(unknown)}")
+        raw = q.get("top")
         try:
-            top = max(1, min(200, int(q.get("top") or PAGE_SIZE)))
+            top = int(raw) if raw else PAGE_SIZE
         except ValueError as exc:
-            raise ClientError(400, f"top={q.get('top')!r} is not a number") from exc
+            raise ClientError(400, f"top={raw!r} is not a number") from exc
+        if not 1 <= top <= MAX_TOP:
+            raise ClientError(400, f"top={raw!r} is out of range: 1 to {MAX_TOP}")
         name = q.get("name", "").strip().lower()
         query = Query(
             created_from=_time(q.get("from")),

@@ -104,6 +104,9 @@ def test_one_instance_with_history_and_entities_with_state(host: HostProcess) ->
     ("path", "status", "words"),
     [
         ("api/instances?top=many", 400, ["top", "many"]),
+        ("api/instances?top=0", 400, ["top", "'0'", "1 to 200"]),
+        ("api/instances?top=201", 400, ["top", "'201'", "1 to 200"]),
+        ("api/instances?top=-5", 400, ["top", "'-5'", "1 to 200"]),
         ("api/instances?from=yesterday", 400, ["yesterday"]),
         ("api/instances?status=Running,Sleeping", 400, ["Sleeping"]),
         ("api/entities?name=nothing", 404, ["nothing"]),
