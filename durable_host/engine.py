@@ -213,6 +213,8 @@ class Engine:
         # DURABLE_HOST_INLINE_EVENTS: an episode whose stored history has fewer events runs
         # on the event loop instead of a worker thread (0: every episode in a thread).
         self.inline_events = _env_int("DURABLE_HOST_INLINE_EVENTS", INLINE_EVENTS)
+        # Orchestrator functions an episode of which failed on the loop and not in a thread.
+        self._needs_thread: set[Callable[..., Any]] = set()
         # One commit per step (DURABLE_HOST_STEP_COMMIT=0 turns it off, for comparisons):
         # an activity's result is committed with the episode it unblocks, and a commit (or
         # a start) counts the next episode's attempt in advance.
@@ -586,9 +588,15 @@ class Engine:
         generator function, else in a worker thread (docs/architecture.md, "Short episodes
         on the loop"). An episode that fails on the loop is decided again in a thread:
         code that needs a thread's view of asyncio (a loop of its own, ``run_until_complete``)
-        fails on the loop, and must get the answer the Python worker's thread gives."""
+        fails on the loop, and must get the answer the Python worker's thread gives; when
+        the thread's answer is not a failure, that function's later episodes go to a thread
+        straight away (``_needs_thread``: a set of the app's functions, bounded by it)."""
         fn = getattr(handle, "orchestrator_function", None)
-        if history_length >= self.inline_events or not inspect.isgeneratorfunction(fn):
+        if (
+            history_length >= self.inline_events
+            or not inspect.isgeneratorfunction(fn)
+            or fn in self._needs_thread
+        ):
             return await asyncio.to_thread(decide)
         episode = contextvars.copy_context().run(decide)  # the context to_thread would give
         if episode.status != RuntimeStatus.FAILED:
@@ -596,7 +604,10 @@ class Engine:
         if session is not None:
             session.reset()  # the failed run's objects: the thread replays in full
         self.stats["episodes_decided_again"] = self.stats.get("episodes_decided_again", 0) + 1
-        return await asyncio.to_thread(decide)
+        again = await asyncio.to_thread(decide)
+        if again.status != RuntimeStatus.FAILED:
+            self._needs_thread.add(fn)  # it fails on the loop only: not tried there again
+        return again
 
     async def _episode(
         self,

@@ -71,10 +71,10 @@ INDEX = loader.index_functions(app)
 
 
 def run_engine(
-    tmp_path: Path, steps: int, inline_events: int | None, name: str = "counted"
+    tmp_path: Path, steps: int, inline_events: int | None, name: str = "counted", runs: int = 1
 ) -> tuple[str, str, dict[str, int]]:
-    """Run ``name`` (``counted`` with ``steps``) to completion; its output, the host's
-    ``MARK`` and the engine's counters."""
+    """Run ``name`` (``counted`` with ``steps``) to completion ``runs`` times, one instance
+    after the other; the last one's output, the host's ``MARK`` and the engine's counters."""
 
     async def run() -> tuple[str, str, dict[str, int]]:
         store = SqliteStore(tmp_path / "hub.db")
@@ -84,19 +84,27 @@ def run_engine(
             engine.inline_events = inline_events
         await engine.start()
         try:
-            await DurableClient(engine).start(name, "i", json.dumps({"steps": steps}))
-            for _ in range(2000):
-                record = await store.get_instance("i")
-                if record is not None and record.status in ("Completed", "Failed"):
-                    return str(record.output_json), MARK.get(), dict(engine.stats)
-                await asyncio.sleep(0.01)
-            raise AssertionError("the orchestration did not finish in 20 s")
+            for n in range(runs):
+                output = await finished(engine, store, name, f"i{n}", steps)
+            return output, MARK.get(), dict(engine.stats)
         finally:
             await engine.stop(1.0)
             await store.close()
             replay.install(False)
 
     return asyncio.run(run())
+
+
+async def finished(
+    engine: Engine, store: SqliteStore, name: str, instance_id: str, steps: int
+) -> str:
+    await DurableClient(engine).start(name, instance_id, json.dumps({"steps": steps}))
+    for _ in range(2000):
+        record = await store.get_instance(instance_id)
+        if record is not None and record.status in ("Completed", "Failed"):
+            return str(record.output_json)
+        await asyncio.sleep(0.01)
+    raise AssertionError("the orchestration did not finish in 20 s")
 
 
 def test_short_histories_run_on_the_loop_and_longer_ones_in_a_worker_thread(tmp_path):
@@ -130,6 +138,15 @@ def test_code_that_runs_its_own_event_loop_gets_the_answer_a_thread_gives(tmp_pa
 
     assert output == "2"
     assert stats["episodes_decided_again"] == 1  # the last episode, the one that runs it
+
+
+def test_code_that_needed_a_thread_once_goes_to_a_thread_from_then_on(tmp_path):
+    # The function failed on the loop and ran in a thread: its later episodes, this
+    # instance's and every other's, are not tried on the loop again (nor paid for twice).
+    output, _, stats = run_engine(tmp_path, steps=0, inline_events=64, name="runs_a_loop", runs=3)
+
+    assert output == "2"
+    assert stats["episodes_decided_again"] == 1
 
 
 def test_an_orchestrator_that_is_not_a_generator_function_runs_in_a_thread(tmp_path):
