@@ -487,9 +487,7 @@ class Engine:
         incoming = messages + [(-1 - n, message) for n, (_, message) in enumerate(results)]
         entity_id = instance_id.startswith("@")
         if fresh is None:
-            reading = time.perf_counter()
-            record = await self.store.episode_record(instance_id)
-            read = time.perf_counter() - reading
+            record, read = await self._read_record(instance_id)
         status = record.status if record else None
         if not entity_id and orchestration.all_held(status, [m for _, m in incoming]):
             return False  # e.g. events for a suspended instance: nothing to do, nothing to count
@@ -547,12 +545,16 @@ class Engine:
         if handed is None or instance_id in self._inbox:
             return None
         at, message_id, message = handed
-        reading = time.perf_counter()
-        record = await self.store.episode_record(instance_id)
-        read = time.perf_counter() - reading
+        record, read = await self._read_record(instance_id)
         if record is None or record.updated_at != at:
             return None
         return record, read, (message_id, message)
+
+    async def _read_record(self, instance_id: str) -> tuple[InstanceRecord | None, float]:
+        """The instance record for an episode, and the seconds its read took."""
+        reading = time.perf_counter()
+        record = await self.store.episode_record(instance_id)
+        return record, time.perf_counter() - reading
 
     async def _count_attempt(
         self, instance_id: str, record: InstanceRecord | None
@@ -747,9 +749,7 @@ class Engine:
         """The stored history (from the cache when it is current; none after a ``fresh``
         start), the SDK session to use and the history's SDK text (a new one, filled by the
         episode, on a cache miss)."""
-        if fresh:
-            return [], self._session(None), self._text(None) if self.cache is not None else None
-        if self.cache is not None and record is not None:
+        if self.cache is not None and record is not None and not fresh:
             cached = self.cache.get(instance_id, (record.execution_id, record.updated_at))
             if cached is not None:
                 return (
@@ -758,7 +758,8 @@ class Engine:
                     self._text(self.cache.text(instance_id)),
                 )
         text = self._text(None) if self.cache is not None else None
-        return await self.store.get_history(instance_id), self._session(None), text
+        history = [] if fresh else await self.store.get_history(instance_id)
+        return history, self._session(None), text
 
     def _session(self, kept: sessions.Session | None) -> sessions.Session | None:
         if not self.sessions:

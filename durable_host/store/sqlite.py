@@ -15,10 +15,11 @@ episodes, messages and starts, which is what bounds throughput on one file.
 Episode records from memory (``episode_record``): the engine reads an instance's record
 before each episode, and that read was a hand-off to the store thread and back for a row
 this store had itself just written. The store keeps the rows of instances it read for an
-episode, or wrote by a start or an episode commit (read back after the COMMIT); a TEMP trigger on ``instances`` drops an instance's entry from
-inside any statement that inserts, updates or deletes its row - whichever write path, the
-API's included - and only the store thread fills entries, reading the committed row, so an
-entry is never older than the last write the thread ran. Status reads by the API still go
+episode, or wrote by a start or an episode commit (read back after the COMMIT); a TEMP
+trigger on ``instances`` drops an instance's entry from inside any statement that inserts,
+updates or deletes its row - whichever write path, the API's included - and only the store
+thread fills entries, reading the committed row, so an entry is never older than the last
+write the thread ran. Status reads by the API still go
 to the file.
 
 One host process per file (``sqlite_guard``): an exclusive lock on the database file
