@@ -85,8 +85,8 @@ def build_kwargs(
 
 @functools.cache
 def _takes_context(fn: Callable[..., Any]) -> bool:
-    """Whether ``fn`` has a ``context`` parameter; an app's functions are few and fixed, and
-    ``inspect.signature`` costs more than the rest of an activity's dispatch."""
+    """Whether ``fn`` has a ``context`` parameter, asked once per function (an app's
+    functions are few and fixed), not at every activity run."""
     return "context" in inspect.signature(fn).parameters
 
 
