@@ -418,9 +418,19 @@ def reads_and_counts(store: SqliteStore) -> Counter[str]:
     return calls
 
 
-def test_a_start_hands_its_message_to_the_first_episode(tmp_path):
-    # On SQLite the start counts the first attempt and names its message's inbox row: no
-    # episode of the instance reads the inbox, counts an attempt or reads a history.
+@pytest.mark.parametrize(
+    ("attempts", "expected"),
+    [
+        # The start counts the first attempt and names its message's inbox row: no episode
+        # of the instance reads the inbox, counts an attempt or reads a history.
+        (2, Counter()),
+        # An attempt counted in advance and a crash before the episode would quarantine an
+        # instance that never ran: the start counts nothing, each episode for itself, and
+        # the first reads the inbox and the history as any episode does.
+        (1, Counter(fetch_messages=1, begin_attempt=3, get_history=1)),
+    ],
+)
+def test_a_start_hands_its_message_to_the_first_episode(tmp_path, attempts, expected):
     async def body(engine: Engine, client: DurableClient) -> None:
         calls = reads_and_counts(engine.store)
         await client.start("steps", "i", None)
@@ -428,24 +438,9 @@ def test_a_start_hands_its_message_to_the_first_episode(tmp_path):
         done = await until(lambda: _finished(engine, "i"))
 
         assert done.output_json == "[1,2]"
-        assert calls == Counter()
+        assert calls == expected
 
-    engine_test(tmp_path, body)
-
-
-def test_with_a_single_attempt_allowed_the_first_episode_reads_and_counts(tmp_path):
-    # An attempt counted in advance and a crash before the episode would quarantine an
-    # instance that never ran: the start counts nothing, each episode counts for itself.
-    async def body(engine: Engine, client: DurableClient) -> None:
-        calls = reads_and_counts(engine.store)
-        await client.start("steps", "i", None)
-
-        done = await until(lambda: _finished(engine, "i"))
-
-        assert done.output_json == "[1,2]"
-        assert calls["fetch_messages"] == 1 and calls["begin_attempt"] == 3
-
-    engine_test(tmp_path, body, poison_attempts=1)
+    engine_test(tmp_path, body, poison_attempts=attempts)
 
 
 @pytest.mark.parametrize("told", [False, True])
