@@ -9,7 +9,8 @@ Read from host.json: ``extensions.http.routePrefix`` (default ``api``),
 ``versionMatchStrategy`` / ``versionFailureStrategy`` (``versioning.py``; these and
 ``defaultVersion`` may be overridden by ``AzureFunctionsJobHost__extensions__durableTask__*``
 app settings, as the Functions host allows),
-``extendedSessionsEnabled`` (incremental replay, ``sessions.py``; default true here, unlike
+``storageProvider.partitionCount`` (1-16, default 4: the ownership partitions of a hub that
+several hosts share, ``ownership.py``), ``extendedSessionsEnabled`` (incremental replay, ``sessions.py``; default true here, unlike
 the extension, because this host's sessions decide what a full replay decides - see
 docs/architecture.md, "Incremental replay"; ``false`` turns them off; the app setting
 ``AzureFunctionsJobHost__extensions__durableTask__extendedSessionsEnabled`` overrides it, and
@@ -38,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from durable_host.ownership import DEFAULT_PARTITIONS, check_partition_count
 from durable_host.records import RuntimeStatus
 from durable_host.versioning import ENV_PREFIX, VersionPolicy, VersionSettingError, policy_from
 
@@ -79,6 +81,9 @@ class HostConfig:
     # defaultVersion and the version match/failure strategies (versioning.py)
     versioning: VersionPolicy = field(default_factory=VersionPolicy)
     extended_sessions: bool = True
+    # extensions.durableTask.storageProvider.partitionCount (1-16): ownership partitions of
+    # a hub that several hosts share (Azure store; ownership.py)
+    partition_count: int = DEFAULT_PARTITIONS
 
 
 def parse_timespan(text: str) -> float:
@@ -130,6 +135,11 @@ def parse_host_json(
         versioning = policy_from(durable, settings)  # app settings may override host.json
     except VersionSettingError as exc:
         raise ConfigError(str(exc)) from exc
+    provider = durable.get("storageProvider") or {}
+    try:
+        partitions = check_partition_count(provider.get("partitionCount", DEFAULT_PARTITIONS))
+    except ValueError as exc:
+        raise ConfigError(f"extensions.durableTask.storageProvider.{exc}") from exc
     return HostConfig(
         app_dir=app_dir,
         route_prefix=str(http.get("routePrefix", "api")).strip("/"),
@@ -142,6 +152,7 @@ def parse_host_json(
         overridable_states=ANY_STATE if str(states).lower() == "anystate" else NON_RUNNING,
         versioning=versioning,
         extended_sessions=_extended_sessions(durable, settings or {}),
+        partition_count=partitions,
     )
 
 
