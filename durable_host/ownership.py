@@ -43,12 +43,11 @@ def partition_of(instance_id: str, count: int) -> int:
 
 def check_partition_count(value: object) -> int:
     """host.json's ``partitionCount``: an integer from 1 to 16 (ValueError otherwise)."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(f"partitionCount must be an integer from 1 to 16, not {value!r}")
-    try:
+    count = value if isinstance(value, int) and not isinstance(value, bool) else None
+    if isinstance(value, str) and value.strip().isdigit():
         count = int(value)
-    except ValueError:
-        raise ValueError(f"partitionCount must be an integer from 1 to 16, not {value!r}") from None
+    if count is None:
+        raise ValueError(f"partitionCount must be an integer from 1 to 16, not {value!r}")
     if not MIN_PARTITIONS <= count <= MAX_PARTITIONS:
         raise ValueError(f"partitionCount must be an integer from 1 to 16, not {count}")
     return count
