@@ -105,6 +105,8 @@ def _azure_store(
         azurite_location=cfg.app_dir / ".durable" / "azurite",
         on_lost=on_lost,
         read_only=read_only,
+        partition_count=cfg.partition_count,
+        version=cfg.default_version or "",
     )
 
 

@@ -101,6 +101,7 @@ __all__ = [
     "StoreError",
     "StoreLockedError",
     "StoreLostError",
+    "UnitLostError",
 ]
 
 
@@ -123,6 +124,12 @@ class StoreLockedError(StoreError):
 
 class StoreLostError(StoreError):
     """This process can no longer use the store: it must stop writing and stop serving."""
+
+
+class UnitLostError(StoreError):
+    """This host does not (or no longer) own the partition of the instance it was about to
+    write: nothing was written. The engine drops the instance from memory; the partition's
+    owner runs it (a store several hosts share, ``ownership.py``)."""
 
 
 class CorruptHistoryError(ValueError):

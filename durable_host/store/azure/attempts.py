@@ -70,6 +70,7 @@ class EpisodeAttempts:
                 "count an attempt",
                 functools.partial(self._count_once, partition, row, nonce, step),
                 write=True,
+                fence=partition,
             )
             if count is not None:
                 return count

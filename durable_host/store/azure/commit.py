@@ -35,6 +35,7 @@ import asyncio
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +98,9 @@ class Commit:
     token: str = ""
     seq: int = 0
     etag: str = ""  # the new head's, from the commit's response
+    # An owner's commit (an episode, a step, an entity batch): fenced by the partition's
+    # lease and stamped with its epoch. False: a write any host may make (a start).
+    fenced: bool = True
 
 
 class CommitProtocol:
@@ -109,7 +113,8 @@ class CommitProtocol:
         self._fetched_heads: dict[str, Head | None] = {}  # head as the episode's fetch read it
         self._finished: dict[str, str] = {}  # partition -> token whose post-commit work is done
         # The stored head of instances this process fetched or committed lately: every
-        # head write goes through this process (the lease) and replaces or drops its entry,
+        # owner's head write goes through the partition's owner, which replaces or drops its
+        # entry (entries of a partition this host gives up are dropped: ``forget_unowned``),
         # so reads of the record (the engine's after a fetch, status requests) need no
         # request. Bounded: the oldest entries go first.
         self.fetched_records: dict[str, Head] = {}
@@ -129,6 +134,13 @@ class CommitProtocol:
     def forget_fetched_head(self, partition: str) -> None:
         self._fetched_heads.pop(partition, None)
 
+    def forget_unowned(self, owns: Callable[[str], bool]) -> None:
+        """Drop what this process remembers of instances whose partition it no longer owns:
+        their next owner writes their heads."""
+        for cache in (self._fetched_heads, self.fetched_records):
+            for partition in [p for p in cache if not owns(p)]:
+                cache.pop(partition, None)
+
     def forget(self, partition: str) -> None:
         """Forget a purged instance."""
         self._fetched_heads.pop(partition, None)
@@ -145,7 +157,7 @@ class CommitProtocol:
             head = known if known is not None and known.etag else None
             if head is None:
                 head = await self._tables.read_head(partition)
-        self._tables.check_epoch(head)
+        self._tables.check_epoch(partition, head)
         await self.settle(partition, head)
         return head
 
@@ -153,16 +165,16 @@ class CommitProtocol:
 
     def stamp(self, commit: Commit) -> None:
         """Give the commit its token and sequence and reset the previous commit's marks."""
-        lease = self._tables.lease
-        assert lease is not None
         head = commit.head
+        if commit.fenced:
+            epoch = self._tables.owner_epoch(commit.partition)
+        else:
+            epoch = head.epoch if head is not None else 0  # not the owner's write: keep it
         commit.token = uuid.uuid4().hex
         commit.seq = (head.commit_seq if head is not None else 0) + 1
         for key in ("Consumed", "ConsumedBlob", "OldGen", "Pending"):
             commit.new_head.pop(key, None)
-        commit.new_head.update(
-            Seq=commit.seq, Tok=commit.token, Epoch=lease.epoch, W=self._tables.writer
-        )
+        commit.new_head.update(Seq=commit.seq, Tok=commit.token, Epoch=epoch, W=self._tables.writer)
         if commit.fresh_history and head is not None and head.generation and head.history_count > 0:
             commit.new_head["OldGen"] = head.generation
 
@@ -315,7 +327,8 @@ class CommitProtocol:
             self._tables.faults.hit("commit")
 
         try:
-            await self._tables.retry("commit", attempt, write=True)
+            fence = commit.partition if commit.fenced else None
+            await self._tables.retry("commit", attempt, write=True, fence=fence)
         except BaseException:
             # Its outcome may be unknown: reads of the record go to the table again.
             self.fetched_records.pop(commit.partition, None)

@@ -16,6 +16,12 @@ A survey that finds a hint without work removes it (``reconcile``).
   a commit reported as failed that had applied) and those ``recheck`` names (a completion
   that found its work item already gone). It waits ``POLL_MIN`` before each round,
   doubling up to ``POLL_MAX`` while nothing foreign turns up.
+
+With several hosts on the hub (``partitions.py``) each reports only the instances and
+activity work items of any partition that no other live host claims (``work.py``), but
+only the instances of the partitions it owns (``owns``); only an owner drops a hint.
+When it takes a partition (``taken``), its next ``poll`` comes at once and surveys every
+live hint and due timer of it (the previous owner left them), as a start does.
 """
 
 from __future__ import annotations
@@ -63,6 +69,19 @@ class Discovery:
         self._index = index
         self._poll_delay = POLL_MIN
         self._checked: dict[str, float] = {}  # partition -> when ``poll`` last surveyed it
+        self._rescan = False  # a partition was taken: survey every hint it has
+        self._woken: asyncio.Event | None = None
+
+    def owns(self, partition: str) -> bool:
+        fence = self._tables.fence
+        return fence is None or fence.owns(partition)
+
+    def taken(self) -> None:
+        """A partition was taken: the next poll comes at once and surveys all of its work."""
+        self._rescan = True
+        self._poll_delay = POLL_MIN
+        if self._woken is not None:
+            self._woken.set()
 
     # --- surveys -----------------------------------------------------------------------
 
@@ -102,9 +121,12 @@ class Discovery:
         now: str,
         live: dict[str, str | None],
         timers: dict[str, list[str]],
+        *,
+        shared: bool = False,
     ) -> list[Survey]:
-        """Survey every named partition and reconcile its hints with what was found."""
-        partitions = sorted(set(live) | set(timers))
+        """Survey every named partition and reconcile its hints with what was found.
+        Only those of owned partitions unless ``shared`` (activity work is anyone's)."""
+        partitions = sorted(p for p in set(live) | set(timers) if shared or self.owns(p))
 
         async def one(partition: str) -> Survey:
             version = self._index.version(partition)
@@ -122,6 +144,9 @@ class Discovery:
         stale = [k for k in timer_keys if parse_timer_key(k)[2] not in found.inbox_keys]
         await self._index.drop_stale_timers(stale, partition, version)
         if etag is None:
+            return
+        if not self.owns(partition):
+            self._index.learn(partition, etag)  # only its owner drops a hint
             return
         if found.has_live:
             self._index.learn(partition, etag)
@@ -151,12 +176,18 @@ class Discovery:
 
     async def pending_activities(self) -> list[ActivityWork]:
         live = {r["RowKey"]: r.metadata["etag"] for r in await self._index.live_hints()}
-        found = await self._surveyed(_now(), live, {})
+        found = await self._surveyed(_now(), live, {}, shared=True)
         return await self._work.adopt([row for f in found for row in f.work])
 
     async def poll(self) -> tuple[list[str], list[ActivityWork]]:
         """Wait, then report work this process was not told about; never raises."""
-        await asyncio.sleep(self._poll_delay)
+        if self._woken is None:
+            self._woken = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._woken.wait(), self._poll_delay)
+        except TimeoutError:
+            pass
+        self._woken.clear()
         try:
             instance_ids, works, foreign = await self._poll_once()
         except (AzureError, AzureStoreError) as exc:
@@ -171,6 +202,7 @@ class Discovery:
         clock = time.monotonic()
         running = self._work.partitions_running()
         recheck, self._work.recheck = self._work.recheck, set()
+        rescan, self._rescan = self._rescan, False
         live: dict[str, str | None] = {}
         foreign = set()
         hints = await self._index.live_hints()
@@ -179,7 +211,9 @@ class Discovery:
         self._index.prune(listed, clock - STALE_SECONDS)
         for row in hints:
             partition, etag = row["RowKey"], row.metadata["etag"]
-            if not self._index.knows(partition, etag):
+            if rescan and self.owns(partition):
+                foreign.add(partition)
+            elif not self._index.knows(partition, etag):
                 foreign.add(partition)  # written by another process, or not checked yet
             elif partition not in recheck and (
                 partition in running
@@ -189,8 +223,13 @@ class Discovery:
                 continue
             live[partition] = etag
             self._checked[partition] = clock
-        found = await self._surveyed(_now(), live, {})
-        ready = sorted(instance_id_of(f.partition) for f in found if f.visible)
+        now = _now()
+        timers = _by_partition(await self._index.timers(up_to=now)) if rescan else {}
+        # Other partitions are surveyed for their activity work only (anyone's to claim).
+        found = await self._surveyed(now, live, timers, shared=True)
+        ready = sorted(
+            instance_id_of(f.partition) for f in found if f.visible and self.owns(f.partition)
+        )
         works = await self._work.adopt(
             [row for f in found for row in f.work if not self._work.is_handed(row)]
         )

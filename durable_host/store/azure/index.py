@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +84,10 @@ class HubIndex:
         self._version: dict[str, int] = {}  # partition -> writers that ever began
         self._writing: dict[str, asyncio.Future[None]] = {}  # live hints being written
         self.touched: dict[str, float] = {}  # partition -> when this process last worked on it
+        # Whether this process may trust what it knows of a partition's live hint: only
+        # the owner of the instance's partition surveys it and drops hints (``partitions``),
+        # so a hint is trusted only there; any other host writes it around every write.
+        self.trusts: Callable[[str], bool] = lambda _partition: True
 
     # --- writers ------------------------------------------------------------------------
 
@@ -101,9 +105,18 @@ class HubIndex:
             self._busy[p] = self._busy.get(p, 0) + 1
             self._version[p] = self._version.get(p, 0) + 1
             self.touch(p)  # ``poll`` surveys it only if nothing happens to it for a while
+        untrusted = {p for p in partitions if not self.trusts(p)}
+        for p in untrusted:
+            self._live.pop(p, None)
         try:
             await self._write_hints(partitions, timer_rows)
             yield
+            # Another host owns these: its survey may have read the partition before our
+            # write and drop the hint (If-Match the ETag it listed) after it. Writing the
+            # hint again after the work makes that delete fail, or comes after it.
+            for p in sorted(untrusted):
+                self._live.pop(p, None)
+                await self._write_live(p)
         finally:
             for p in every:
                 self._busy[p] -= 1

@@ -111,7 +111,6 @@ class Instances:
         partition = partition_key(record.instance_id)
         for _ in range(5):
             head = await self._tables.read_head(partition)
-            self._tables.check_epoch(head)
             await self._commits.settle(partition, head)
             if head is not None and head.row.get("Status") not in overridable:
                 raise InstanceExistsError(record.instance_id, str(head.row.get("Status")))
@@ -126,6 +125,7 @@ class Instances:
                 own_rows=[start_row],
                 remote_rows=[],
                 consumed=[],
+                fenced=False,  # any host may start an instance: its owner runs it
             )
             self._commits.stamp(commit)
             if head is not None:  # a restarted id starts clean: old history and messages go
@@ -175,7 +175,6 @@ class Instances:
         partition = partition_key(instance_id)
         for _ in range(5):
             head = await self._tables.read_head(partition) if status is not None else None
-            self._tables.check_epoch(head)
             _, row = await self._rows.inbox_row(partition, message)
             row["N"] = uuid.uuid4().hex
             faults.hit("store.before_commit")
@@ -233,7 +232,11 @@ class Instances:
 
     async def get(self, instance_id: str) -> InstanceRecord | None:
         partition = partition_key(instance_id)
-        head = self._records.get(partition)
+        fence = self._tables.fence
+        # Only the partition's owner writes the head an episode changes: another host's
+        # memory of it is stale as soon as the owner commits.
+        owned = fence is None or fence.owns(partition)
+        head = self._records.get(partition) if owned else None
         if head is None:
             head = await self._tables.read_head(partition)
         return None if head is None else await self._rows.instance_record(partition, head.row)
@@ -254,9 +257,12 @@ class Instances:
         self, instance_id: str, now: str, limit: int
     ) -> list[tuple[int, dict[str, Any]]]:
         partition = partition_key(instance_id)
+        fence = self._tables.fence
+        if fence is not None and not fence.owns(partition):
+            return []  # another host owns it: nothing for this one to run
         head, attempts, rows = await self._tables.read_partition(partition, *INBOX_ROWS)
         self._attempts.remember(partition, attempts)
-        self._tables.check_epoch(head)
+        self._tables.check_epoch(partition, head)
         await self._commits.settle(partition, head)
         consumed: set[int] = set()
         if head is not None and PostCommit.CONSUMED in head.pending:

@@ -4,7 +4,9 @@ It wires the parts of the package together and is their one public face; every p
 method translates Azure SDK errors into the store's own (``errors``).
 
 * ``tables``    requests, with retries, the ownership fence and large texts in blobs;
-* ``lease``     ownership of the hub (standby, takeover, epoch);
+* ``partitions`` ownership: the hub's partition count, one lease and epoch per partition,
+                heartbeats, and the fence of every owner's write; ``membership`` (the
+                host's) balances the partitions among the hosts;
 * ``rows``      building and decoding rows; ``codec`` their keys and the head row;
 * ``commit``    the commit protocol and the visibility of staged rows;
 * ``instances`` create, send, read, commit an episode or an entity batch;
@@ -13,7 +15,9 @@ method translates Azure SDK errors into the store's own (``errors``).
 * ``discovery`` ready instances, due timers, pending work and ``poll``, through the index;
 * ``queries``   instance queries and purges.
 
-Settings: ``DURABLE_HOST_LEASE_SECONDS`` (15-60, default 15),
+Settings: ``partition_count`` (host.json ``storageProvider.partitionCount``),
+``version`` (the app's ``defaultVersion``, announced in the heartbeat),
+``DURABLE_HOST_LEASE_SECONDS`` (15-60, default 15),
 ``DURABLE_HOST_AZURE_RETRY_SECONDS`` (default 60). Tests: ``DURABLE_HOST_AZURE_FAULTS``
 loses chosen responses (``faults``), and the SIGKILL point ``store.before_commit`` of
 ``DURABLE_HOST_FAULTS`` fires before each operation's final write (for a commit: after
@@ -33,6 +37,8 @@ from typing import Any
 from azure.core.exceptions import AzureError
 
 from durable_host import azurite
+from durable_host.membership import Membership
+from durable_host.ownership import DEFAULT_PARTITIONS, Member
 from durable_host.records import (
     ActivityWork,
     Completion,
@@ -48,7 +54,8 @@ from durable_host.store.azure.discovery import Discovery
 from durable_host.store.azure.errors import StoreUnavailableError, translate_azure_errors
 from durable_host.store.azure.index import HubIndex
 from durable_host.store.azure.instances import Instances
-from durable_host.store.azure.lease import HubLease, process_identity
+from durable_host.store.azure.lease import process_identity
+from durable_host.store.azure.partitions import HubPartitions, PartitionCountError
 from durable_host.store.azure.queries import HubScans
 from durable_host.store.azure.rows import HubRows
 from durable_host.store.azure.schedules import HubSchedules
@@ -79,8 +86,11 @@ class AzureStore:
         lease_seconds: int | None = None,
         retry_seconds: float | None = None,
         read_only: bool = False,
+        partition_count: int = DEFAULT_PARTITIONS,
+        version: str = "",
     ) -> None:
-        """``read_only``: inspect a hub without taking its lease (tools, tests); writes fail."""
+        """``read_only``: inspect a hub without taking a partition (tools, tests); writes
+        fail, discovery reports the whole hub."""
         self.connection = connection
         self.read_only = read_only
         self.hub = hub
@@ -93,7 +103,12 @@ class AzureStore:
         self.retry_seconds = retry_seconds or float(
             os.environ.get("DURABLE_HOST_AZURE_RETRY_SECONDS", "60")
         )
-        self._on_lost = on_lost
+        self._on_lost = on_lost  # kept for the port's shape: a partition lost is no stop
+        self.partition_count = partition_count
+        self.version = version
+        self.partitions: HubPartitions | None = None
+        self.membership: Membership | None = None
+        self._joined = False  # partitions taken at open: the engine's start looks at them
         self._azurite: azurite.Azurite | None = None
         self.tables = HubTables(
             retry_seconds=self.retry_seconds,
@@ -135,26 +150,67 @@ class AzureStore:
         if self.read_only:
             return
         await self.tables.create()
-        lease = HubLease(
-            self.tables.container.get_blob_client("owner"),
+        partitions = HubPartitions(
+            self.tables.container,
+            self.partition_count,
             self.lease_seconds,
             self.tables.writer,
-            self._on_lost,
+            on_change=self._ownership_changed,
         )
-        self.tables.lease = lease
+        self.partitions = partitions
+        self.index.trusts = partitions.owns
         try:
-            await lease.acquire(self.hub)
-        except AzureError as exc:
-            raise StoreUnavailableError(f"could not take the task hub lease: {exc}") from exc
-        log.info(
-            "owner of task hub %s (epoch %d) on table %s", self.hub, lease.epoch, self.table_name
-        )
-        try:
+            await partitions.prepare(self.hub)
+            self.tables.fence = partitions
             await self.index.build()
+            self.membership = Membership(
+                partitions, Member(self.tables.writer, self.version), self.lease_seconds / 3
+            )
+            self.work.is_live = self._is_live
+            await self.membership.join()
+            self._joined = True  # from now on a partition taken is looked at by ``poll``
+        except PartitionCountError:
+            raise
         except AzureError as exc:
-            raise StoreUnavailableError(f"could not build the task hub's index: {exc}") from exc
+            raise StoreUnavailableError(f"could not join the task hub: {exc}") from exc
+        log.info(
+            "joined task hub %s on table %s: partitions %s of %d held",
+            self.hub,
+            self.table_name,
+            sorted(partitions.held()) or "none",
+            self.partition_count,
+        )
+
+    def _is_live(self, host: str) -> bool:
+        """A host of the hub whose heartbeat was fresh at the last balancing round."""
+        membership = self.membership
+        return membership is not None and any(m.id == host for m in membership.last_members)
+
+    def _ownership_changed(self) -> None:
+        """A partition was taken or given up: drop what this process remembers of
+        instances it no longer owns, and look for the work of those it took."""
+        if self.partitions is None:
+            return
+        self.commits.forget_unowned(self.partitions.owns)
+        if self._joined:
+            self.discovery.taken()
+
+    def owned_partitions(self) -> dict[str, Any]:
+        """This host's part of the hub, for ``/admin/host/status``."""
+        partitions = self.partitions
+        if partitions is None:
+            return {"count": self.partition_count, "held": [], "epochs": {}}
+        return {
+            "count": self.partition_count,
+            "held": sorted(partitions.held()),
+            "epochs": {str(u): e for u, e in sorted(partitions.epochs().items())},
+            "host": self.tables.writer,
+        }
 
     async def close(self) -> None:
+        if self.membership is not None:
+            await self.membership.leave()
+            self.membership = None
         await self.tables.close()
         if self._azurite is not None:
             await asyncio.to_thread(self._azurite.stop)

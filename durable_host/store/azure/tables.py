@@ -3,7 +3,10 @@
 ``HubTables`` owns the SDK clients and is the only place requests are sent. Every request
 goes through ``retry``:
 
-* a write first checks that the hub lease is still provably held (``HubLease.check``);
+* a write that only the owner of the instance's partition may make (``fence``: a commit
+  point, an attempt count) first checks that the partition's lease is still provably held
+  (``HubPartitions.check``); other writes (messages, starts, completions, hints, cleanup)
+  may come from any host of the hub;
 * transient failures (connection refused or reset, timeouts, 408/429/5xx) are retried
   with exponential back-off (50 ms doubling to 2 s, jittered) for up to
   ``retry_seconds``, then ``StoreUnavailableError``; an outage is logged at most every
@@ -49,13 +52,12 @@ from durable_host.store.azure.codec import (
 )
 from durable_host.store.azure.errors import (
     AzureStoreError,
-    HubLeaseLostError,
     StoreUnavailableError,
     is_transient,
     status_of,
 )
 from durable_host.store.azure.faults import LostResponses
-from durable_host.store.azure.lease import HubLease
+from durable_host.store.azure.partitions import HubPartitions
 
 T = TypeVar("T")
 log = logging.getLogger("durable_host.store.azure")
@@ -71,7 +73,7 @@ class HubTables:
         self.retry_seconds = retry_seconds
         self.writer = writer  # the ``W`` of every row this process writes
         self.faults = LostResponses.from_environment()
-        self.lease: HubLease | None = None  # None: opened read-only, writes fail
+        self.fence: HubPartitions | None = None  # None: opened read-only, writes fail
         self.round_trips = 0  # storage requests sent, for /admin/host/metrics and bench/
         # Recent queries (filter, parameters), newest last: tests check what discovery reads.
         self.queries: collections.deque[tuple[str, dict[str, Any]]] = collections.deque(maxlen=1000)
@@ -123,12 +125,12 @@ class HubTables:
             pass
 
     async def close(self) -> None:
-        """Cancel background work, give the lease back, close the clients."""
+        """Cancel background work, give the partitions back, close the clients."""
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        if self.lease is not None:
-            await self.lease.close()
+        if self.fence is not None:
+            await self.fence.close()
         for client in (self.table, self.index, self._tables, self.container, self._blobs):
             if client is not None:
                 await client.close()
@@ -141,16 +143,26 @@ class HubTables:
 
     # --- retries and fencing ------------------------------------------------------------
 
-    async def retry(self, what: str, attempt: Callable[[], Awaitable[T]], *, write: bool) -> T:
-        """Run ``attempt`` until it succeeds, fails for good, or the retry budget is spent."""
+    async def retry(
+        self,
+        what: str,
+        attempt: Callable[[], Awaitable[T]],
+        *,
+        write: bool,
+        fence: str | None = None,
+    ) -> T:
+        """Run ``attempt`` until it succeeds, fails for good, or the retry budget is spent.
+        ``fence``: the PartitionKey of an instance whose partition this host must own (a
+        write only the owner makes): ``UnitLostError`` before any request otherwise."""
         deadline = time.monotonic() + self.retry_seconds
         delay = 0.05
         while True:
             try:
                 if write:
-                    if self.lease is None:
+                    if self.fence is None:
                         raise AzureStoreError("this store was opened read-only")
-                    await self.lease.check()
+                    if fence is not None:
+                        await self.fence.check(fence)
                 async with self._in_flight:
                     self.faults.refuse("request")
                     return await attempt()
@@ -174,16 +186,18 @@ class HubTables:
                 "Azure Storage is not answering (%s); retrying with back-off: %s", what, exc
             )
 
-    def check_epoch(self, head: Head | None) -> None:
-        """Step back if a newer owner wrote ``head``: call on every head read before a write."""
-        if self.lease is None:
+    def check_epoch(self, partition: str, head: Head | None) -> None:
+        """Step back if this host does not own the instance's partition, or a newer owner
+        of it wrote ``head``: call on every head read before an owner's write."""
+        if self.fence is None:
             return  # read-only: nothing to fence
-        if head is not None and head.epoch > self.lease.epoch:
-            self.lease.lose(
-                f"a newer owner (epoch {head.epoch}) has written to the task hub"
-                f" this host owned as epoch {self.lease.epoch}"
-            )
-            raise HubLeaseLostError(self.lease.lost or "")
+        self.fence.check_epoch(partition, head.epoch if head is not None else 0)
+
+    def owner_epoch(self, partition: str) -> int:
+        """The epoch an owner's commit stamps the head with (``UnitLostError``: not ours)."""
+        if self.fence is None:
+            raise AzureStoreError("this store was opened read-only")
+        return self.fence.epoch_of(partition)
 
     # --- reads --------------------------------------------------------------------------
 
@@ -353,9 +367,8 @@ class HubTables:
         True unless it failed (already gone counts as done). Never raises for storage
         errors: the caller has committed already, and a blob left behind is only garbage."""
         try:
-            if self.lease is None:
+            if self.fence is None:
                 return False
-            await self.lease.check()
             async with self._in_flight:
                 self.faults.refuse("request")
                 await self.container.delete_blob(name)

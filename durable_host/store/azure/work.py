@@ -13,12 +13,23 @@ carries a nonce, so a retry after a lost response recognises its own result.
 
 ``handed`` remembers which work items this process gave its engine (``poll`` reports only
 the others) and ``_partition_of`` where each lives (claims and releases need no lookup).
+
+Several hosts on one hub share the work items: a work item's **claimer** is ``C`` (written
+by a claim) or, before any claim, ``W`` (the host whose commit created it, handed to its
+own engine) while its count is above 0. A claim expires with its claimer's heartbeat
+(``membership``): ``is_live`` says whether a host id is a live member other than this one.
+A claim also counts for ``CLAIM_GRACE`` seconds after it was made (``CT``), whoever made it.
+A work item claimed by a live other host is neither adopted nor claimed here (a claim then
+answers 0, as for a work item already gone); a released one (``C`` empty: abandoned at a
+stop, or waiting for a slot on the host that created it) is anyone's.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from azure.core import MatchConditions
@@ -37,6 +48,7 @@ from durable_host.store.azure.errors import StoreConflictError, is_transient, st
 from durable_host.store.azure.rows import HubRows
 from durable_host.store.azure.tables import HubTables
 
+CLAIM_GRACE = 25.0  # seconds a claim counts without its claimer's heartbeat seen
 MAX_CLAIM_ATTEMPTS = 10  # a work item that keeps changing under a claim is a conflict
 
 
@@ -52,6 +64,19 @@ class WorkItems:
         # Partitions whose completion found the work item gone (another run completed it):
         # ``poll`` surveys them soon, so a result nobody announced here is not left waiting.
         self.recheck: set[str] = set()
+        self.is_live: Callable[[str], bool] = lambda _host: False  # one host: nobody else
+
+    def claimed_elsewhere(self, row: Any) -> bool:
+        """Is the work item claimed by a live host other than this one?"""
+        claimer = row.get("C")
+        if claimer is None and int(row.get("DequeueCount", 0)) > 0:
+            claimer = row.get("W")
+        if not claimer or claimer == self._tables.writer:
+            return False
+        # A claim younger than a heartbeat's lifetime counts even from a host this one has
+        # not seen yet (it joined since the last balancing round).
+        recent = time.time() - float(row.get("CT", 0) or 0) < CLAIM_GRACE
+        return recent or self.is_live(str(claimer))
 
     def hand_over(self, works: list[ActivityWork], partition: str) -> None:
         """Work items a commit created, which this process's engine runs at once."""
@@ -131,6 +156,8 @@ class WorkItems:
         """The work items visible ``rows`` describe, now handed to this process's engine."""
         found: list[ActivityWork] = []
         for row in sorted(rows, key=lambda r: r["RowKey"]):
+            if self.claimed_elsewhere(row):
+                continue  # another live host runs it
             work = await self._rows.work_item(row)
             found.append(work)
             self._partition_of[work.work_id] = row["PartitionKey"]
@@ -198,10 +225,19 @@ class WorkItems:
             row = await self._tables.table.get_entity(partition, work_row_key(work_id))
         except ResourceNotFoundError:
             return 0
+        if step > 0 and self.claimed_elsewhere(row):
+            return 0  # another live host claimed it: it runs there
         count = max(int(row.get("DequeueCount", 0)) + step, 0)
+        claimer = self._tables.writer if step > 0 else ""  # a release makes it anyone's
         try:
             await self._tables.table.update_entity(
-                {"PartitionKey": partition, "RowKey": row["RowKey"], "DequeueCount": count},
+                {
+                    "PartitionKey": partition,
+                    "RowKey": row["RowKey"],
+                    "DequeueCount": count,
+                    "C": claimer,
+                    "CT": time.time() if step > 0 else 0.0,
+                },
                 mode=UpdateMode.MERGE,
                 etag=row.metadata["etag"],
                 match_condition=MatchConditions.IfNotModified,

@@ -5,7 +5,8 @@
   they import at run time reaches ``durable_host.store``, ``durable_host.http``, asyncio,
   sqlite3, aiohttp or the Azure SDKs.
 * The stores (``durable_host/store/**``) import no core: of the host only the neutral
-  ``records``, ``faults``, ``history`` (timestamps), ``azurite``, ``logs`` and each other.
+  ``records``, ``faults``, ``history`` (timestamps), ``azurite``, ``logs``, the ownership
+  core and its shell (``ownership``, ``membership``) and each other.
 * ``records`` imports nothing of the host.
 * ``keys`` (the host's keys) reaches neither HTTP nor a store implementation: it sees the
   store only as the two secret methods of the port, so HTTP and the CLI share it.
@@ -43,6 +44,8 @@ STORE_MAY_IMPORT = (
     "durable_host.history",
     "durable_host.azurite",
     "durable_host.logs",
+    "durable_host.ownership",
+    "durable_host.membership",
     "durable_host.store",
 )
 KERNEL_FORBIDDEN = (

@@ -1,0 +1,122 @@
+"""Balancing partitions among the hosts of one task hub: the IO shell around ``ownership``.
+
+``Membership`` runs one round at ``join`` and then one every ``interval`` seconds (a third
+of the lease): it renews the partitions it holds, announces this host (a heartbeat with
+its version, draining flag and expiry), reads the live members and who holds which
+partition, and applies ``ownership.plan``: releases the partitions above its fair share,
+then tries to take its share from the free ones (or ones whose holder is no live member:
+their leases lapse by themselves, so the attempt fails until then). ``leave`` (graceful
+stop) announces draining, releases every partition at once and removes the heartbeat, so
+the others take them at their next round instead of after the lease.
+
+The storage side is a ``Backend`` (the Azure store's ``HubPartitions``): leases,
+heartbeats and the listing of both. Nothing here raises out of the loop: a failed round
+is logged and the next one tries again; a partition whose renewal fails for good is lost
+(the backend fences its writes from then on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from durable_host.ownership import Member, plan
+
+log = logging.getLogger("durable_host.membership")
+
+
+class Backend(Protocol):
+    @property
+    def units(self) -> Sequence[int]: ...
+
+    def held(self) -> set[int]: ...
+
+    async def beat(self, me: Member, ttl: float) -> None: ...
+
+    async def forget(self, me: Member) -> None: ...
+
+    async def members(self) -> list[Member]: ...
+
+    async def holdings(self) -> dict[int, str | None]: ...
+
+    async def acquire(self, unit: int, holder: str | None) -> bool: ...
+
+    async def renew_all(self) -> None: ...
+
+    async def release(self, unit: int) -> None: ...
+
+
+class Membership:
+    """One host's part in balancing (see the module docstring)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        me: Member,
+        interval: float,
+        *,
+        lane: Callable[[Member], bool] | None = None,
+    ) -> None:
+        """``lane``: which members share this host's partitions (all by default)."""
+        self.backend = backend
+        self.me = me
+        self.interval = interval
+        self.lane = lane or (lambda _m: True)
+        self.draining = False
+        self.rounds = 0
+        self.last_members: list[Member] = []
+        self.last_holdings: dict[int, str | None] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def join(self) -> None:
+        """The first round (this host takes what is free), then the loop."""
+        await self.round()
+        self._task = asyncio.create_task(self._loop())
+
+    async def round(self) -> None:
+        backend = self.backend
+        await backend.beat(self.me, ttl=self.interval * 3 + 5.0)
+        members = [m for m in await backend.members() if self.lane(m)]
+        holdings = await backend.holdings()
+        self.last_members, self.last_holdings = members, holdings
+        live = [m.id for m in members if not m.draining and m.id != self.me.id]
+        move = plan(backend.units, live, holdings, self.me.id, draining=self.draining)
+        for unit in move.release:
+            await backend.release(unit)
+            log.info("partition %d released: above this host's share of %d", unit, move.share)
+        for unit in move.take:
+            previous = holdings.get(unit)
+            if await backend.acquire(unit, previous):
+                how = "taken" if previous is None else f"stolen from {previous} (expired)"
+                log.info("partition %d %s", unit, how)
+        self.rounds += 1
+
+    async def _loop(self) -> None:
+        while True:
+            # Jitter: hosts started together must not race every round in lockstep.
+            await asyncio.sleep(self.interval * (0.9 + 0.2 * random.random()))
+            try:
+                await self.backend.renew_all()
+                await self.round()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the next round tries again
+                log.warning("balancing round failed (next in %.0fs): %s", self.interval, exc)
+
+    async def leave(self, timeout: float = 5.0) -> None:
+        """Graceful stop: release every partition at once, remove the heartbeat."""
+        self.draining = True
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        try:
+            async with asyncio.timeout(timeout):
+                for unit in sorted(self.backend.held()):
+                    await self.backend.release(unit)
+                    log.info("partition %d released: this host stops", unit)
+                await self.backend.forget(self.me)
+        except Exception as exc:  # noqa: BLE001 - the leases lapse by themselves
+            log.warning("could not release every partition at stop: %s", exc)
