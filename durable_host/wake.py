@@ -9,6 +9,10 @@ CronJob, cron - ``docs/schedules.md``) starts the host again at ``next_wake``. N
 lost by sleeping: every due time is in the store, so a host started late simply finds the
 work due (a timer-trigger occurrence with the monitor on runs once, past due).
 
+With several hosts on one hub (Azure), the store's ``hub_backlog`` answers for the whole
+hub, not only for the partitions this host holds, and ``next_due`` is the hub's earliest
+timer: the wake time is right whichever host exits last.
+
 ``IdleWatch`` decides "idle": nothing queued or running in the engine and no timer function
 running, continuously for the configured seconds. Any work restarts the count.
 """
@@ -35,7 +39,17 @@ async def describe(
 ) -> dict[str, Any]:
     moment = now or datetime.now(UTC)
     stamp = h.format_time(moment)
-    runnable = bool(await store.ready_instances(stamp)) or bool(await store.pending_activities())
+    backlog = getattr(store, "hub_backlog", None)
+    if backlog is not None:
+        # Several hosts may share the hub: this one's partitions are not all of it.
+        found = await backlog(stamp)
+        runnable = any(p["backlog"] for p in found["partitions"]) or bool(
+            found["activities"]["backlog"]
+        )
+    else:
+        runnable = bool(await store.ready_instances(stamp)) or bool(
+            await store.pending_activities()
+        )
     durable = await store.next_due(stamp)
     triggers = await timer_triggers.next_occurrences(specs, store, moment)
     candidates = [t for t in (durable, *triggers.values()) if t]

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 
 from aiohttp import web
 
-from durable_host import telemetry
+from durable_host import scale, telemetry
 from durable_host.client import DurableClient
 from durable_host.dashboard import Dashboard
 from durable_host.http.auth import Gate, loggable
@@ -114,7 +115,13 @@ def build_app(
             return denied
         if path == "/admin/host/status":
             state = "Running" if is_running() else "Stopping"
-            return web.json_response({"state": state})
+            return web.json_response({"state": state, "partitions": scale.owned(client.store)})
+        if path == "/admin/host/scale":
+            if request.method != "GET":
+                return web.json_response(
+                    {"error": "method_not_allowed", "message": "use GET"}, status=405
+                )
+            return web.json_response(await scale.answer(client.engine, datetime.now(UTC)))
         if path == "/admin/host/metrics":
             return web.json_response(client.engine.metrics())
         if key_routes is not None and key_routes.owns(path):

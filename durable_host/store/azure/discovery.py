@@ -174,6 +174,14 @@ class Discovery:
         rows = await self._index.timers(after=now, top=1)
         return parse_timer_key(rows[0]["RowKey"])[0] if rows else None
 
+    async def backlog(self, now: str) -> list[Survey]:
+        """A survey of every instance a live or due timer hint names, whoever owns it: a
+        read only (no hint is dropped, nothing is handed), for the scale signal."""
+        live = {r["RowKey"] for r in await self._index.live_hints()}
+        timers = _by_partition(await self._index.timers(up_to=now))
+        partitions = sorted(live | set(timers))
+        return list(await asyncio.gather(*(self.survey(p, now) for p in partitions)))
+
     async def pending_activities(self) -> list[ActivityWork]:
         live = {r["RowKey"]: r.metadata["etag"] for r in await self._index.live_hints()}
         found = await self._surveyed(_now(), live, {}, shared=True)

@@ -38,7 +38,7 @@ from azure.core.exceptions import AzureError
 
 from durable_host import azurite
 from durable_host.membership import Membership
-from durable_host.ownership import DEFAULT_PARTITIONS, Member
+from durable_host.ownership import DEFAULT_PARTITIONS, Member, partition_of
 from durable_host.records import (
     ActivityWork,
     Completion,
@@ -49,6 +49,7 @@ from durable_host.records import (
     QueryPage,
 )
 from durable_host.store.azure.attempts import EpisodeAttempts
+from durable_host.store.azure.codec import instance_id_of, item_id
 from durable_host.store.azure.commit import CommitProtocol
 from durable_host.store.azure.discovery import Discovery
 from durable_host.store.azure.errors import StoreUnavailableError, translate_azure_errors
@@ -180,6 +181,49 @@ class AzureStore:
             sorted(partitions.held()) or "none",
             self.partition_count,
         )
+
+    @translate_azure_errors
+    async def hub_backlog(self, now: str) -> dict[str, Any]:
+        """The whole hub's waiting work and its hosts, for the scale signal and
+        ``next-wake``: per partition the visible messages and the oldest one's inbox id,
+        the activity work items nobody runs and the oldest one's id, and the live hosts
+        with the partitions each holds."""
+        surveys = await self.discovery.backlog(now)
+        count = self.partition_count
+        per: dict[int, list[int]] = {u: [] for u in range(count)}
+        work: list[int] = []
+        for found in surveys:
+            unit = partition_of(instance_id_of(found.partition), count)
+            per[unit] += [item_id(r["RowKey"]) for r in found.visible]
+            work += [item_id(r["RowKey"]) for r in found.work if not self.work.claimed_elsewhere(r)]
+        hosts: list[dict[str, Any]] = []
+        holdings: dict[int, str | None] = {}
+        if self.partitions is not None:
+            holdings = await self.partitions.holdings()
+            for member in await self.partitions.members():
+                held = sorted(u for u, holder in holdings.items() if holder == member.id)
+                hosts.append(
+                    {
+                        "id": member.id,
+                        "version": member.version,
+                        "draining": member.draining,
+                        "partitions": held,
+                        "self": member.id == self.tables.writer,
+                    }
+                )
+        return {
+            "partitions": [
+                {
+                    "partition": u,
+                    "owner": holdings.get(u),
+                    "backlog": len(ids),
+                    "oldest": min(ids) if ids else None,
+                }
+                for u, ids in sorted(per.items())
+            ],
+            "activities": {"backlog": len(work), "oldest": min(work) if work else None},
+            "hosts": hosts,
+        }
 
     def _is_live(self, host: str) -> bool:
         """A host of the hub whose heartbeat was fresh at the last balancing round."""
