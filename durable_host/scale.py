@@ -116,10 +116,11 @@ async def answer(engine: Any, now: datetime) -> dict[str, Any]:
     )
 
 
-def owned(store: Any) -> dict[str, Any]:
-    """The partitions this host holds, for ``/admin/host/status``."""
+def owned(store: Any) -> dict[str, Any] | None:
+    """The partitions this host holds, for ``/admin/host/status``; None for a store one
+    host owns whole (SQLite: one host per file), whose status stays the state alone."""
     describe = getattr(store, "owned_partitions", None)
     if describe is None:
-        return {"count": 1, "held": [0]}  # one host per store: the whole hub
+        return None
     info = dict(describe())
     return {"count": info["count"], "held": info["held"]}

@@ -115,7 +115,11 @@ def build_app(
             return denied
         if path == "/admin/host/status":
             state = "Running" if is_running() else "Stopping"
-            return web.json_response({"state": state, "partitions": scale.owned(client.store)})
+            body: dict[str, object] = {"state": state}
+            partitions = scale.owned(client.store)
+            if partitions is not None:  # a hub several hosts share: this host's part of it
+                body["partitions"] = partitions
+            return web.json_response(body)
         if path == "/admin/host/scale":
             if request.method != "GET":
                 return web.json_response(

@@ -224,7 +224,7 @@ def test_admin_routes_need_the_master_key_and_status_stays_open(secured, keys) -
     fkey, mkey, skey = function_key(keys), master(keys), system_key(keys)
 
     status = secured.get("/admin/host/status")
-    assert status.status == 200 and status.json() == {"state": "Running"}
+    assert status.status == 200 and status.json()["state"] == "Running"
     for path in (
         "/admin/host/metrics",
         "/admin/host/keys",

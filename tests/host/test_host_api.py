@@ -13,7 +13,7 @@ from tests.harness import WEBHOOK
 def test_admin_status_reports_running(shared_host):
     resp = shared_host.get("/admin/host/status")
 
-    assert resp.status == 200 and resp.json() == {"state": "Running"}
+    assert resp.status == 200 and resp.json()["state"] == "Running"
 
 
 def test_start_answers_202_with_check_status_links_and_headers(shared_host):

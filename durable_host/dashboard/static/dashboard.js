@@ -72,7 +72,21 @@ async function boot() {
   for (const button of document.querySelectorAll("#actions button")) {
     button.addEventListener("click", () => act(button.dataset.action));
   }
+  showPartitions();
   await route();
+}
+
+// The partitions of the task hub this host runs (several hosts may share an Azure hub).
+async function showPartitions() {
+  try {
+    const status = await call("GET", "/admin/host/status");
+    const p = status.partitions;
+    if (!p) return;
+    const held = p.held.length ? p.held.join(", ") : "none";
+    $("partitions").textContent = `Partitions held by this host: ${held} (of ${p.count})`;
+  } catch (e) {
+    $("partitions").textContent = "";
+  }
 }
 
 function show(view) {
