@@ -35,7 +35,6 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,7 +113,8 @@ class CommitProtocol:
         self._finished: dict[str, str] = {}  # partition -> token whose post-commit work is done
         # The stored head of instances this process fetched or committed lately: every
         # owner's head write goes through the partition's owner, which replaces or drops its
-        # entry (entries of a partition this host gives up are dropped: ``forget_unowned``),
+        # entry (all are dropped when this host takes or gives up a partition:
+        # ``forget_heads``),
         # so reads of the record (the engine's after a fetch, status requests) need no
         # request. Bounded: the oldest entries go first.
         self.fetched_records: dict[str, Head] = {}
@@ -134,12 +134,12 @@ class CommitProtocol:
     def forget_fetched_head(self, partition: str) -> None:
         self._fetched_heads.pop(partition, None)
 
-    def forget_unowned(self, owns: Callable[[str], bool]) -> None:
-        """Drop what this process remembers of instances whose partition it no longer owns:
-        their next owner writes their heads."""
-        for cache in (self._fetched_heads, self.fetched_records):
-            for partition in [p for p in cache if not owns(p)]:
-                cache.pop(partition, None)
+    def forget_heads(self) -> None:
+        """Ownership changed: drop every remembered head. Those of a partition given up
+        are its next owner's to write; those of a partition just taken may have been
+        remembered while another host owned it (a start made here) and be stale."""
+        self._fetched_heads.clear()
+        self.fetched_records.clear()
 
     def forget(self, partition: str) -> None:
         """Forget a purged instance."""

@@ -232,7 +232,10 @@ class Discovery:
             live[partition] = etag
             self._checked[partition] = clock
         now = _now()
-        timers = _by_partition(await self._index.timers(up_to=now)) if rescan else {}
+        timers: dict[str, list[str]] = {}
+        if rescan:  # the due timers of the partitions this host owns (it may have just taken)
+            due = _by_partition(await self._index.timers(up_to=now))
+            timers = {p: keys for p, keys in due.items() if self.owns(p)}
         # Other partitions are surveyed for their activity work only (anyone's to claim).
         found = await self._surveyed(now, live, timers, shared=True)
         ready = sorted(

@@ -230,13 +230,15 @@ class Instances:
 
     # --- reads -------------------------------------------------------------------------
 
-    async def get(self, instance_id: str) -> InstanceRecord | None:
+    async def get(self, instance_id: str, *, remembered: bool = True) -> InstanceRecord | None:
+        """The instance record; from the head this process remembers if ``remembered`` and
+        it owns the instance's partition (only the owner writes the heads an episode
+        changes; another host's memory of one is stale as soon as the owner commits, and
+        is dropped when this host takes the partition)."""
         partition = partition_key(instance_id)
         fence = self._tables.fence
-        # Only the partition's owner writes the head an episode changes: another host's
-        # memory of it is stale as soon as the owner commits.
         owned = fence is None or fence.owns(partition)
-        head = self._records.get(partition) if owned else None
+        head = self._records.get(partition) if owned and remembered else None
         if head is None:
             head = await self._tables.read_head(partition)
         return None if head is None else await self._rows.instance_record(partition, head.row)

@@ -235,7 +235,7 @@ class AzureStore:
         instances it no longer owns, and look for the work of those it took."""
         if self.partitions is None:
             return
-        self.commits.forget_unowned(self.partitions.owns)
+        self.commits.forget_heads()
         if self._joined:
             self.discovery.taken()
 
@@ -284,11 +284,22 @@ class AzureStore:
 
     @translate_azure_errors
     async def get_instance(self, instance_id: str) -> InstanceRecord | None:
+        # While other hosts share the hub, a start, rewind or purge made through one of
+        # them rewrites a head this process may remember: status reads go to the table.
+        return await self.instances.get(instance_id, remembered=self._alone())
+
+    @translate_azure_errors
+    async def episode_record(self, instance_id: str) -> InstanceRecord | None:
+        # The owner's memory of the head it committed; the episode's commit is conditional
+        # on that head's ETag, so a head another host rewrote meanwhile fails the commit.
         return await self.instances.get(instance_id)
 
-    async def episode_record(self, instance_id: str) -> InstanceRecord | None:
-        # Other hosts write this hub's rows: every episode reads the stored one.
-        return await self.get_instance(instance_id)
+    def _alone(self) -> bool:
+        """No other live host on the hub at the last balancing round (or read-only)."""
+        membership = self.membership
+        if membership is None:
+            return True
+        return all(m.id == self.tables.writer for m in membership.last_members)
 
     @translate_azure_errors
     async def get_history(self, instance_id: str) -> list[dict[str, Any]]:
