@@ -8,12 +8,18 @@ Printed per host count: wall time, activity steps/s, scaling efficiency (steps/s
 by host count times the one-host steps/s) and storage requests per step (the sum of the
 hosts' ``store_round_trips`` over the run, background rounds included, divided by steps).
 
-Usage: ``python bench/scale_out.py [--hosts 1,2,4] [--instances 32] [--steps 10]``
+With ``--restart``: one host runs a chain, is SIGKILLed and started again on the same
+machine; printed: kill to the new process answering, kill to it holding every partition
+(the dead holder's leases released at once, not waited out), kill to the chain's next
+completed step.
+
+Usage: ``python bench/scale_out.py [--hosts 1,2,4] [--instances 32] [--steps 10] [--restart]``
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 import tempfile
@@ -24,6 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from durable_host.history import EventType
+from durable_host.store.azure import AzureStore
 from durable_host.testing import HostProcess, wait_for
 
 APP = ROOT / "bench" / "scale_app"
@@ -69,11 +77,61 @@ def run(count: int, args: argparse.Namespace, tmp: Path) -> tuple[float, float, 
     return elapsed, steps / elapsed, (after - before) / steps
 
 
+def restart(tmp: Path) -> None:
+    env = {"DURABLE_HOST_HUB": "R" + uuid.uuid4().hex[:12]}
+    first = HostProcess(APP, "azure", env=env, log_path=tmp / "r0.log").start(timeout=120)
+    second = HostProcess(APP, "azure", env=env, log_path=tmp / "r1.log")
+    try:
+        wait_for(lambda: held(first) == 4, 60, "the host to hold every partition", interval=0.2)
+        chain = first.start_orchestration("io_chain", {"steps": 200})
+        wait_for(lambda: steps_done(first, chain) >= 5, 60, "the chain to run", interval=0.1)
+        assert first.process is not None
+        first.process.kill()
+        first.process.wait(10)
+        killed = time.perf_counter()
+        done = steps_done_stored(env["DURABLE_HOST_HUB"], chain)
+        second.start(timeout=120)
+        answering = time.perf_counter() - killed
+        wait_for(lambda: held(second) == 4, 60, "the restart to hold every partition", 0.05)
+        holding = time.perf_counter() - killed
+        wait_for(lambda: steps_done(second, chain) > done, 60, "the chain to resume", 0.05)
+        resumed = time.perf_counter() - killed
+    finally:
+        first.kill()
+        second.kill()
+    print(
+        f"restart on the same machine: answering {answering:.1f}s, every partition held"
+        f" {holding:.1f}s, the chain's next step {resumed:.1f}s after the kill"
+    )
+
+
+def steps_done(host: HostProcess, instance_id: str) -> int:
+    status = host.status(instance_id, "?showHistory=true") or {}
+    events = status.get("historyEvents") or []
+    return sum(1 for e in events if e.get("EventType") == "TaskCompleted")
+
+
+def steps_done_stored(hub: str, instance_id: str) -> int:
+    """Completed steps as stored (read without taking part in the hub)."""
+
+    async def read() -> int:
+        store = AzureStore(os.environ["AzureWebJobsStorage"], hub, read_only=True)
+        await store.open()
+        try:
+            history = await store.get_history(instance_id)
+        finally:
+            await store.close()
+        return sum(1 for e in history if e.get("EventType") == EventType.TASK_COMPLETED)
+
+    return asyncio.run(read())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--hosts", default="1,2,4")
     parser.add_argument("--instances", type=int, default=32)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--restart", action="store_true")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     from durable_host import azurite
@@ -82,6 +140,9 @@ def main() -> None:
     emulator = azurite.start(None, (blob, queue, table), in_memory=True, log=tmp / "azurite.log")
     os.environ["AzureWebJobsStorage"] = emulator.connection_string
     try:
+        if args.restart:
+            restart(tmp)
+            return
         print(f"{args.instances} chains x {args.steps} activities of 50 ms, 4 slots per host")
         print("| hosts | wall s | steps/s | efficiency | storage requests/step |")
         print("|---|---|---|---|---|")
