@@ -6,7 +6,8 @@ the store: the public methods of ``AzureStore`` are wrapped in ``translate_azure
 * ``StoreUnavailableError`` - Azure Storage did not answer within the retry budget (the
   engine retries the episode later).
 * ``StoreConflictError`` - another writer changed the instance since it was read.
-* ``HubLeaseLostError`` - this host no longer owns the task hub (a ``StoreLostError``).
+* ``HubLeaseLostError`` - this host can no longer use the task hub at all (a
+  ``StoreLostError``); losing one partition is ``store.base.UnitLostError`` instead.
 * ``WorkItemGoneError`` - a step's commit found a work item already completed; nothing
   applied (internal: ``commit_step`` answers None).
 * ``RequestRejectedError`` - the service refused a request as malformed or too large

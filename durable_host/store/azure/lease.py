@@ -14,11 +14,8 @@ looks again.
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
-
-log = logging.getLogger("durable_host.store.azure")
 
 LEASE_MARGIN = 3.0  # seconds of a lease we never rely on (clock rate, request latency)
 STANDBY_POLL = 2.0  # how often a standby host tries to take the lease

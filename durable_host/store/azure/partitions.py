@@ -134,7 +134,7 @@ class HubPartitions:
                 announced = True
             await asyncio.sleep(STANDBY_POLL)
         await asyncio.gather(
-            *(_create(self.blob(u), {"epoch": stored_epoch(self)}) for u in self.units)
+            *(_create(self.blob(u), {"epoch": str(self.seed_epoch)}) for u in self.units)
         )
 
     async def _format(self, blob: Any, meta: dict[str, str]) -> bool:
@@ -347,10 +347,6 @@ class HubPartitions:
     async def close(self) -> None:
         for unit in list(self._held):
             await self.release(unit)
-
-
-def stored_epoch(partitions: HubPartitions) -> str:
-    return str(partitions.seed_epoch)
 
 
 def _ascii(meta: dict[str, str]) -> dict[str, str]:
