@@ -16,8 +16,8 @@ from durable_host.records import Completion
 from durable_host.store import sqlite_tx
 from durable_host.store.base import StoreLostError
 from durable_host.store.sqlite import SqliteStore
+from tests.store.contract_support import T0, at, event, record, start_message
 from tests.store.test_step_commit import result, scheduled
-from tests.store.test_store_contract import T0, at, event, record, start_message
 
 
 async def same(store: Any, instance_id: str) -> Any:
