@@ -299,10 +299,16 @@
     }
     if (!response.ok) throw new Error(`view: HTTP ${response.status}`);
     const view = await response.json();
-    if (view.created_at !== sessionCreatedAt) {
-      sessionCreatedAt = view.created_at;
-      shownChanges.length = 0;
-      addChanges([]);
+    // A session whose first submission is still in flight answers an empty view (cursor 0)
+    // stamped with the time of the read: it names no incarnation yet, so it must not make the
+    // committed session that follows look recreated (which would drop the changes shown).
+    const incarnation = view.cursor > 0 ? view.created_at : null;
+    if (incarnation !== null && incarnation !== sessionCreatedAt) {
+      if (sessionCreatedAt !== null) {
+        shownChanges.length = 0;
+        addChanges([]);
+      }
+      sessionCreatedAt = incarnation;
     }
     renderView(view);
     return view;
