@@ -1,15 +1,23 @@
-"""The dashboard's pure listing rules: orders, counts, the parent and children of an instance,
-and the parameters it refuses."""
+"""The dashboard's listing rules: orders, counts, the parent and children of an instance,
+the parameters it refuses, and the bound on a time-ordered scan (against a real SQLite store)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from aiohttp.test_utils import make_mocked_request
 
+from durable_host import dashboard
 from durable_host import history as h
+from durable_host.config import NON_RUNNING
 from durable_host.dashboard import listing
 from durable_host.records import InstanceRecord
+from durable_host.store.sqlite import SqliteStore
 
 AT = "2026-12-06T04:00:00.000000Z"
 
@@ -86,3 +94,44 @@ def test_bad_parameters_are_refused_by_name(call: Callable[[], object], words: l
 def test_absent_parameters_take_their_defaults() -> None:
     assert listing.sort_order(None) == "newest" and listing.sort_order("") == "newest"
     assert listing.page_number("offset", None) == 0
+
+
+def test_a_time_order_reads_a_bounded_scan_and_says_when_it_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against a real SQLite store: with the bound lowered to 4 rows (2 a page), a hub of 6
+    instances answers the newest of the 4 it read and ``complete: false``; a hub within the
+    bound answers everything, ``complete: true``; the counts say the same."""
+    monkeypatch.setattr(dashboard, "MAX_SORT_SCAN", 4)
+    monkeypatch.setattr(dashboard, "SCAN_PAGE", 2)
+
+    async def body() -> tuple[dict[str, Any], ...]:
+        store = SqliteStore(tmp_path / "hub.db")
+        await store.open()
+        try:
+            for n in range(6):  # created in id order, a second apart
+                created = f"2026-12-06T04:00:0{n}.000000Z"
+                rec = InstanceRecord(f"i{n}", "orch", "Pending", created_at=created,
+                                     updated_at=created)  # fmt: skip
+                start = {"kind": "start", "event": {"EventType": 0, "EventId": -1,
+                         "Name": "orch", "Timestamp": created}}  # fmt: skip
+                await store.create_instance(rec, start, NON_RUNNING)
+            client = SimpleNamespace(
+                store=store, engine=SimpleNamespace(parking=SimpleNamespace(status=lambda _: None))
+            )
+            board = dashboard.Dashboard(client, "hub")  # type: ignore[arg-type]
+            ask = make_mocked_request
+            return (
+                await board._instances(ask("GET", "/api/instances?top=10")),
+                await board._instances(ask("GET", "/api/instances?top=10&prefix=i1")),
+                await board._counts(ask("GET", "/api/counts")),
+            )
+        finally:
+            await store.close()
+
+    bounded, narrowed, counted = asyncio.run(body())
+    assert [r["instanceId"] for r in bounded["instances"]] == ["i3", "i2", "i1", "i0"]
+    assert bounded["complete"] is False
+    assert [r["instanceId"] for r in narrowed["instances"]] == ["i1"]
+    assert narrowed["complete"] is True
+    assert counted["counts"]["Pending"] == 4 and counted["complete"] is False
