@@ -1,6 +1,7 @@
 """The import rules of the repository, checked on the source with ``ast``.
 
-* The host never imports the app, and the app never imports the host.
+* The host never imports the app, and the app never imports the host. Both may import the
+  shared packages (``SHARED``), which import neither.
 * The host's pure cores do no IO and know nothing of the shell: neither they nor anything
   they import at run time reaches ``durable_host.store``, ``durable_host.http``, asyncio,
   sqlite3, aiohttp or the Azure SDKs.
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[3]
 HOST = "durable_host"
 APP_PACKAGES = ("kernel", "orchestrators", "activities", "entities", "api", "adapters")
 APP = (*APP_PACKAGES, "function_app")
+SHARED = ("functions_schedules",)  # shipped with the app and in the host's wheel
 CORES = ("orchestration", "entity", "history", "shim", "replay", "wire", "rewind", "records")
 CORE_FORBIDDEN = (
     "durable_host.store",
@@ -179,6 +181,18 @@ def test_the_app_never_imports_the_host() -> None:
         if _reaches(imported, (HOST,))
     ]
 
+    assert violations == []
+
+
+def test_the_shared_packages_import_neither_host_nor_app() -> None:
+    violations = [
+        f"{_module_name(path)} imports {imported}"
+        for path in _sources(*SHARED)
+        for imported in _imports(path)
+        if _reaches(imported, (HOST, *APP))
+    ]
+
+    assert list(_sources(*SHARED)) != []
     assert violations == []
 
 
