@@ -1,5 +1,5 @@
-"""The host as an installable package: a wheel holding ``durable_host`` alone (its dashboard
-files included) with the ``durable-host`` command and the pytest plugin's entry point.
+"""The host as an installable package: a wheel holding ``durable_host`` (its dashboard files
+included) and the ``functions_connections`` it shares with the app, nothing of the app, with the ``durable-host`` command and the pytest plugin's entry point.
 
 The full install - a clean virtual environment, the wheel and its dependencies from the
 package index, ``durable-host`` serving an app from another directory, and the plugin's
@@ -23,7 +23,13 @@ import pytest
 
 from tests.harness import ROOT
 
-PACKAGED = ("pyproject.toml", "requirements-host.txt", "docs/host.md", "durable_host")
+PACKAGED = (
+    "pyproject.toml",
+    "requirements-host.txt",
+    "docs/host.md",
+    "durable_host",
+    "functions_connections",
+)
 
 
 def build_wheel(tmp_path: Path) -> Path:
@@ -69,8 +75,10 @@ def test_the_wheel_holds_the_host_alone_with_its_command_and_plugin(tmp_path: Pa
         entry_points = archive.read(info.replace("METADATA", "entry_points.txt")).decode()
 
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
-    assert tops == {"durable_host"}
+    assert tops == {"durable_host", "functions_connections"}
     assert {
+        "functions_connections/__init__.py",
+        "functions_connections/settings.py",
         "durable_host/cli.py",
         "durable_host/pytest_plugin.py",
         "durable_host/testing.py",
