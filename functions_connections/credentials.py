@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, Self
 
 from azure.core.credentials import AccessToken, TokenCredential
-from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError
+from azure.core.exceptions import AzureError, ServiceRequestError
 
 from functions_connections.settings import StorageConnection
 
@@ -44,7 +44,9 @@ class ClearCredential:
     def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
         try:
             return self._inner.get_token(*scopes, **kwargs)
-        except ClientAuthenticationError as exc:
+        except IdentityUnavailableError:
+            raise
+        except AzureError as exc:  # refused, unavailable, or the endpoint unreachable
             # The SDK's message describes the endpoint's answer; a token is never part of it.
             reason = " ".join(str(exc.message or exc).split())[:600]
             raise IdentityUnavailableError(
