@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from functions_connections import forget_credentials
+from tests.harness import store_specs
 from tests.identity.support import (
     IdentityEndpoint,
     OAuthAzurite,
@@ -28,6 +29,8 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def oauth_azurite(
     certificate: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OAuthAzurite]:
+    if "azure" not in store_specs():
+        pytest.skip("DURABLE_TEST_STORES does not include azure")
     cert, key = certificate
     storage = start_oauth_azurite(cert, key, tmp_path_factory.mktemp("azurite") / "azurite.log")
     yield storage
