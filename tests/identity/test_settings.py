@@ -95,3 +95,16 @@ def test_bad_settings_are_errors_naming_the_setting(env: dict[str, str], named: 
         read_connection("AzureWebJobsStorage", env)
 
     assert KEY not in str(caught.value) and "SECRET" not in str(caught.value)
+
+
+def test_a_deployment_ships_the_shared_package_and_its_credential_library(tmp_path) -> None:
+    from tests.deploy.test_doctor import deployed_copy
+    from tests.harness import ROOT
+
+    app = deployed_copy(tmp_path / "app")
+
+    assert (app / "functions_connections" / "settings.py").is_file()
+    assert not (app / "durable_host").exists()
+    for requirements in ("requirements.txt", "requirements-host.txt"):
+        pins = (ROOT / requirements).read_text().splitlines()
+        assert any(line.startswith("azure-identity==") for line in pins), requirements
