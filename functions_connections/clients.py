@@ -1,12 +1,12 @@
 """Azure Storage clients for a connection: a connection string, or service URIs and a token.
 
-``blob_service(connection, aio=False, **options)`` and ``table_service`` / ``queue_service``
-return the SDK's service clients (the async ones from ``.aio`` with ``aio=True``) for a
-``StorageConnection`` or a plain connection string, passing ``options`` (timeouts, retry
+``blob_service(connection, aio=False, **options)`` and ``table_service`` return the SDK's
+service clients (the async ones from ``.aio`` with ``aio=True``) for a ``StorageConnection``
+or a plain connection string, passing ``options`` (timeouts, retry
 settings, hooks) through. An identity-based connection gets the process's credential
 (``credentials``). A malformed connection string raises ``ConnectionSettingError`` naming the
-setting, without quoting it (it holds the account key). The queue client needs
-``azure-storage-queue``, which only a caller that uses queues installs.
+setting, without quoting it (it holds the account key). Queues: neither the app nor the
+durable host uses one (the Durable extension reads ``__queueServiceUri`` itself).
 """
 
 from __future__ import annotations
@@ -35,20 +35,6 @@ def table_service(connection: StorageConnection | str, *, aio: bool = False, **o
     from azure.data.tables import TableServiceClient
 
     return _build(TableServiceClient, connection, "table", aio, options)
-
-
-def queue_service(connection: StorageConnection | str, *, aio: bool = False, **options: Any) -> Any:
-    if aio:
-        from azure.storage.queue.aio import (  # type: ignore[import-not-found,import-untyped,unused-ignore]
-            QueueServiceClient as AsyncQueues,
-        )
-
-        return _build(AsyncQueues, connection, "queue", aio, options)
-    from azure.storage.queue import (  # type: ignore[import-not-found,import-untyped,unused-ignore]
-        QueueServiceClient,
-    )
-
-    return _build(QueueServiceClient, connection, "queue", aio, options)
 
 
 def _build(

@@ -108,3 +108,14 @@ def test_a_deployment_ships_the_shared_package_and_its_credential_library(tmp_pa
     for requirements in ("requirements.txt", "requirements-host.txt"):
         pins = (ROOT / requirements).read_text().splitlines()
         assert any(line.startswith("azure-identity==") for line in pins), requirements
+
+
+def test_a_malformed_connection_string_is_named_and_never_quoted() -> None:
+    from functions_connections import blob_service, table_service
+
+    broken = StorageConnection("AzureWebJobsStorage", connection_string=f"AccountKey={KEY}")
+
+    for make in (blob_service, table_service):
+        with pytest.raises(ConnectionSettingError, match="AzureWebJobsStorage is not a valid") as e:
+            make(broken)
+        assert KEY not in str(e.value)
