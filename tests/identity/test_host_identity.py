@@ -66,6 +66,9 @@ def echo() -> Iterator[EchoServer]:
     server.stop()
 
 
+# Three host starts; the one without an identity endpoint waits out azure-identity's own
+# retries of the endpoint (about 20 s) before the store gives up.
+@pytest.mark.timeout(300)
 def test_the_host_runs_on_identity_based_storage_and_survives_an_identity_outage(
     identity_env: dict[str, str], identity_endpoint: IdentityEndpoint, tmp_path: Path
 ) -> None:
@@ -104,6 +107,7 @@ def test_the_host_runs_on_identity_based_storage_and_survives_an_identity_outage
     _no_token_in(tmp_path / "host.log", identity_endpoint)
 
 
+@pytest.mark.timeout(180)
 def test_call_http_with_a_token_source_sends_the_identitys_token_for_the_resource(
     identity_env: dict[str, str],
     identity_endpoint: IdentityEndpoint,
