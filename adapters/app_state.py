@@ -68,8 +68,8 @@ def state_store_kind(env: Mapping[str, str] | None = None) -> StateStoreKind:
         raise StateStoreConfigError(f"AGENT_STATE_STORE must be 'file' or 'blob', not {explicit!r}")
     if (env.get("AzureWebJobsStorage") or "").strip():
         return "blob"
-    if any(k.startswith("AzureWebJobsStorage__") for k in env):
-        return "blob"  # identity-based (functions_connections reads it)
+    if any(k.lower().startswith("azurewebjobsstorage__") for k in env):
+        return "blob"  # identity-based (functions_connections reads it; case is ignored)
     return "file"
 
 
