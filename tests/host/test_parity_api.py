@@ -436,7 +436,7 @@ def test_call_http_with_a_managed_identity_fails_clearly(parity):
     output = finished(parity, instance)["output"]
 
     assert output.startswith(
-        "Activity function 'BuiltIn::HttpActivity' failed: Managed identity tokens"
+        "Activity function 'BuiltIn::HttpActivity' failed: No managed identity token for"
     )
 
 

@@ -1,5 +1,7 @@
-"""The host as an installable package: a wheel holding ``durable_host`` (its dashboard
-files included) and the schedule parser it shares with apps (``functions_schedules``) with the ``durable-host`` command and the pytest plugin's entry point.
+"""The host as an installable package: a wheel holding ``durable_host`` (its dashboard files
+included) and the two packages it shares with apps (``functions_schedules``,
+``functions_connections``), nothing of the app, with the ``durable-host`` command and the
+pytest plugin's entry point.
 
 The full install - a clean virtual environment, the wheel and its dependencies from the
 package index, ``durable-host`` serving an app from another directory, and the plugin's
@@ -29,6 +31,7 @@ PACKAGED = (
     "docs/host.md",
     "durable_host",
     "functions_schedules",
+    "functions_connections",
 )
 
 
@@ -75,9 +78,11 @@ def test_the_wheel_holds_the_host_alone_with_its_command_and_plugin(tmp_path: Pa
         entry_points = archive.read(info.replace("METADATA", "entry_points.txt")).decode()
 
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
-    # The host and the schedule parser it shares with apps; nothing of this repository's app.
-    assert tops == {"durable_host", "functions_schedules"}
+    # The host and the two packages it shares with apps; nothing of this repository's app.
+    assert tops == {"durable_host", "functions_schedules", "functions_connections"}
     assert {
+        "functions_connections/__init__.py",
+        "functions_connections/settings.py",
         "durable_host/cli.py",
         "durable_host/pytest_plugin.py",
         "durable_host/testing.py",
