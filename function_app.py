@@ -6,6 +6,7 @@ import azure.functions as func
 from activities import (
     approvals,
     cancel,
+    environment,
     hand_over,
     loop_submit,
     mail,
@@ -74,5 +75,7 @@ for blueprint in (
     # The session workspace: uploads commit a snapshot (docs/workspace.md).
     workspace_commit.bp,
     workspace.bp,
+    # The environment a turn runs in, checked when it goes on (docs/workspace.md).
+    environment.bp,
 ):
     app.register_functions(blueprint)
