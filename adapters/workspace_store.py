@@ -10,6 +10,7 @@ The port (``WorkspaceStore``), kept by both implementations:
 * ``put_snapshot(snapshot) -> id`` / ``get_snapshot(id)``: the snapshot JSON
   (``kernel.workspace``) under its id, the same way.
 * ``chain(id, limit)``: the snapshot and its ancestors, newest first, at most ``limit``.
+* ``prune(head, keep)``: deletes a session's snapshots older than its newest ``keep``.
 * ``collect(live, keep, grace_s)``: deletes what no live snapshot chain (``keep`` deep) names
   and is older than ``grace_s`` (so a file stored by a tool that has not committed yet is not
   taken from under it); returns the counts.
@@ -180,6 +181,25 @@ class WorkspaceStore:
             found.append({**snapshot, "id": snapshot_id})
             snapshot_id = snapshot.get("parent")
         return found
+
+    def prune(self, head: str | None, keep: int) -> int:
+        """Delete the ancestors of ``head`` beyond the newest ``keep`` snapshots (a snapshot
+        names its session's task, so no other session shares it); the number deleted. Their
+        files stay: another snapshot may name the same bytes (``collect`` takes those)."""
+        older = self.chain(head, keep + 1)
+        if len(older) <= keep:
+            return 0
+        deleted = 0
+        cut = older[-1]["id"]  # the first snapshot past the kept ones, and all its ancestors
+        while cut:
+            try:
+                parent = self.get_snapshot(cut).get("parent")
+            except WorkspaceMissing:
+                break
+            self._objects.delete(f"snapshots/{cut}")
+            deleted += 1
+            cut = parent
+        return deleted
 
     def collect(self, live: Iterable[str], keep: int = 50, grace_s: float = 3600) -> dict[str, int]:
         """Delete the snapshots and files no live chain (``keep`` deep) names and older than
