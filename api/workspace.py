@@ -20,7 +20,9 @@ names nothing of this session (404). The session must exist (404), and belong to
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import azure.durable_functions as df
@@ -162,7 +164,7 @@ async def put_file(
             raise ValidationError("invalid_path", f"{path} is a directory here", "path")
         if any(path.startswith(p + "/") for p in parent):
             raise ValidationError("invalid_path", f"a parent of {path} is a file here", "path")
-        problems = workspace.limit_problems(files, workspace.Limits.from_env(_env()))
+        problems = workspace.limit_problems(files, workspace.Limits.from_env(os.environ))
         if problems:
             raise ValidationError("workspace_limit", "; ".join(problems)[:1000], "body")
         if parent.get(path) == files[path]:
@@ -214,13 +216,5 @@ async def _commit(
     raise ConflictError("workspace_busy", "the upload's commit did not finish in time", "path")
 
 
-def _env() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
-
-
 def _now() -> str:
-    from datetime import UTC, datetime
-
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
