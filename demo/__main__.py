@@ -40,7 +40,7 @@ WORKSPACE_REQUEST = (
     "write file report.md: # Service window\nNotices sent: 5\nConfirmed: 5 and then "
     "run python: lines = open('report.md').read().splitlines()\n"
     "numbers = [int(line.split(': ')[1]) for line in lines if ': ' in line]\n"
-    "open('stats.txt', 'w').write(f'confirmed rate: {numbers[1] / numbers[0]:.0%}')\n"
+    "open('stats.txt', 'w').write(f'confirmation rate: {numbers[1] / numbers[0]:.0%}')\n"
     "print('numbers in the report:', numbers, 'total', sum(numbers)) and then list files"
 )
 FINAL = ("completed", "failed", "cancelled")
