@@ -35,6 +35,8 @@ OPENAPI = HERE.parent / "docs" / "openapi.yaml"
 STATIC = {
     "session.js": "text/javascript",
     "session.css": "text/css",
+    "workspace.js": "text/javascript",  # the files panel (docs/workspace.md)
+    "workspace.css": "text/css",
 }
 
 
