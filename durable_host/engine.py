@@ -58,7 +58,7 @@ from durable_host.engine_settings import (
 )
 from durable_host.episodes import Episodes
 from durable_host.loader import AppIndex
-from durable_host.store.base import Store, StoreError
+from durable_host.store.base import Store, StoreError, UnitLostError
 
 __all__ = ["INLINE_EVENTS", "MAX_ACTIVITY_ATTEMPTS", "Engine", "utc_now"]
 
@@ -193,6 +193,9 @@ class Engine(Episodes):
             try:
                 await self._process(instance_id)
                 self._failures.pop(instance_id, None)
+            except UnitLostError as exc:
+                self._dirty.discard(instance_id)
+                self._drop(instance_id, exc)
             except Exception:  # noqa: BLE001 - logged and retried with back-off, never lost
                 self._dirty.discard(instance_id)
                 self._retry_later(instance_id)
@@ -202,6 +205,14 @@ class Engine(Episodes):
                 if instance_id in self._dirty:
                     self._dirty.discard(instance_id)
                     self._ready_up(instance_id)
+
+    def _drop(self, instance_id: str, why: UnitLostError) -> None:
+        """Another host owns the instance's partition (a store several hosts share):
+        nothing was written; its owner runs it. Results this host holds are stored for it."""
+        log.info("instance left to the owner of its partition: %s", why)
+        self._failures.pop(instance_id, None)
+        self._forget(instance_id)
+        self._complete_apart(self._results.pop(instance_id, []))
 
     def _retry_later(self, instance_id: str) -> None:
         """Back off exponentially: a failing instance must not spin (attempts are counted)."""
