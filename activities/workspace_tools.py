@@ -28,18 +28,15 @@ import datetime as dt
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from activities.tool_env import Outcome, Result, ToolEnv
 from adapters import sandbox
 from adapters.workspace_local import local_dir, rehydrate, scan, store_files
 from adapters.workspace_store import WorkspaceStore, default_store
 from entities import session_pages
 from kernel import workspace
 
-if TYPE_CHECKING:
-    from activities.tools import ToolEnv
-
-Result = dict[str, Any]
 MAX_READ_CHARS = 64 * 1024
 MAX_LISTED = 200
 
@@ -53,9 +50,7 @@ def _files(store: WorkspaceStore, snapshot_id: str | None) -> workspace.Manifest
     return dict(store.get_snapshot(snapshot_id)["files"]) if snapshot_id else {}
 
 
-def _outcome(result: Result, documents: list[dict[str, Any]] | None = None) -> Any:
-    from activities.tools import Outcome  # the activity module imports this one
-
+def _outcome(result: Result, documents: list[dict[str, Any]] | None = None) -> Outcome:
     return Outcome(result, documents or [])
 
 
