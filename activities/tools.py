@@ -332,6 +332,14 @@ def _not_found(title: str) -> Result:
     return {"ok": False, "kind": "not_found", "message": f'there is no note titled "{title}"'}
 
 
+def _workspace_tool(run: Callable[..., Awaitable[workspace_tools.Done]]) -> ToolFn:
+    async def call(args: dict[str, Any], env: ToolEnv) -> Outcome:
+        result, documents = await run(args, env)
+        return Outcome(result, documents)
+
+    return call
+
+
 _TOOLS: dict[str, ToolFn] = {
     "calculator": _calculator,
     "append_ledger": _append_ledger,
@@ -339,7 +347,7 @@ _TOOLS: dict[str, ToolFn] = {
     "write_document": _write_document,
     "delete_document": _delete_document,
     "register_skill": _register_skill,
-    **workspace_tools.TOOLS,
+    **{name: _workspace_tool(run) for name, run in workspace_tools.TOOLS.items()},
 }
 
 

@@ -1,7 +1,8 @@
 """The workspace tools run by ``execute_tool``: ``list_files``, ``read_file``, ``write_file``,
 ``edit_file``, ``delete_file`` and ``run_python`` (docs/workspace.md).
 
-Contract, for every tool: ``(arguments, env) -> Outcome``; the arguments are the catalogue's
+Contract, for every tool: ``(arguments, env) -> (result, document changes)``, which
+``activities.tools`` wraps as its ``Outcome``; the arguments are the catalogue's
 validated final ones (paths already normalised, ``kernel.tools``).
 
 * The reading tools answer from the session's **committed** snapshot (the ``workspace``
@@ -28,7 +29,7 @@ import datetime as dt
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from adapters import sandbox
 from adapters.workspace_local import local_dir, rehydrate, scan, store_files
@@ -36,10 +37,23 @@ from adapters.workspace_store import WorkspaceStore, default_store
 from entities import session_pages
 from kernel import workspace
 
-if TYPE_CHECKING:
-    from activities.tools import ToolEnv
-
 Result = dict[str, Any]
+Done = tuple[Result, list[dict[str, Any]]]  # the result, and the session document changes
+
+
+class ToolEnv(Protocol):
+    """What these tools need of ``activities.tools.ToolEnv`` (which wraps their answers)."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def client(self) -> Any: ...
+
+    @property
+    def task_id(self) -> str: ...
+
+
 MAX_READ_CHARS = 64 * 1024
 MAX_LISTED = 200
 
@@ -53,13 +67,11 @@ def _files(store: WorkspaceStore, snapshot_id: str | None) -> workspace.Manifest
     return dict(store.get_snapshot(snapshot_id)["files"]) if snapshot_id else {}
 
 
-def _outcome(result: Result, documents: list[dict[str, Any]] | None = None) -> Any:
-    from activities.tools import Outcome  # the activity module imports this one
-
-    return Outcome(result, documents or [])
+def _outcome(result: Result, documents: list[dict[str, Any]] | None = None) -> Done:
+    return result, documents or []
 
 
-async def list_files(args: dict[str, Any], env: ToolEnv) -> Any:
+async def list_files(args: dict[str, Any], env: ToolEnv) -> Done:
     snapshot_id, _ = await _committed(env)
     files = await asyncio.to_thread(_files, default_store(), snapshot_id)
     prefix = str(args.get("prefix") or "").strip("/")
@@ -79,7 +91,7 @@ async def list_files(args: dict[str, Any], env: ToolEnv) -> Any:
     )
 
 
-async def read_file(args: dict[str, Any], env: ToolEnv) -> Any:
+async def read_file(args: dict[str, Any], env: ToolEnv) -> Done:
     path = args["path"]
     snapshot_id, _ = await _committed(env)
     store = default_store()
@@ -112,7 +124,7 @@ def _not_found(path: str) -> Result:
 Act = Callable[[Path], Awaitable[Result]]
 
 
-async def _change(env: ToolEnv, act: Act) -> Any:
+async def _change(env: ToolEnv, act: Act) -> Done:
     """Rehydrate, ``act``, and snapshot what it left (see the module docstring)."""
     snapshot_id, version = await _committed(env)
     store = default_store()
@@ -154,7 +166,7 @@ def _write(target: Path, data: bytes) -> None:
     tmp.replace(target)
 
 
-async def write_file(args: dict[str, Any], env: ToolEnv) -> Any:
+async def write_file(args: dict[str, Any], env: ToolEnv) -> Done:
     path, data = args["path"], str(args["text"]).encode("utf-8")
 
     async def act(directory: Path) -> Result:
@@ -164,7 +176,7 @@ async def write_file(args: dict[str, Any], env: ToolEnv) -> Any:
     return await _change(env, act)
 
 
-async def edit_file(args: dict[str, Any], env: ToolEnv) -> Any:
+async def edit_file(args: dict[str, Any], env: ToolEnv) -> Done:
     path, old, new = args["path"], str(args["old"]), str(args["new"])
 
     async def act(directory: Path) -> Result:
@@ -183,7 +195,7 @@ async def edit_file(args: dict[str, Any], env: ToolEnv) -> Any:
     return await _change(env, act)
 
 
-async def delete_file(args: dict[str, Any], env: ToolEnv) -> Any:
+async def delete_file(args: dict[str, Any], env: ToolEnv) -> Done:
     path = args["path"]
 
     async def act(directory: Path) -> Result:
@@ -196,7 +208,7 @@ async def delete_file(args: dict[str, Any], env: ToolEnv) -> Any:
     return await _change(env, act)
 
 
-async def run_python(args: dict[str, Any], env: ToolEnv) -> Any:
+async def run_python(args: dict[str, Any], env: ToolEnv) -> Done:
     code = str(args["code"])
 
     async def act(directory: Path) -> Result:
@@ -215,7 +227,7 @@ async def run_python(args: dict[str, Any], env: ToolEnv) -> Any:
     return await _change(env, act)
 
 
-TOOLS: dict[str, Callable[[dict[str, Any], ToolEnv], Awaitable[Any]]] = {
+TOOLS: dict[str, Callable[[dict[str, Any], ToolEnv], Awaitable[Done]]] = {
     "list_files": list_files,
     "read_file": read_file,
     "write_file": write_file,
