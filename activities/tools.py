@@ -54,8 +54,6 @@ import socket
 import sys
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +61,7 @@ import azure.durable_functions as df
 
 from activities import skills as skill_activities
 from activities import workspace_tools
+from activities.tool_env import Outcome, Result, ToolEnv, ToolFn, no_progress
 from adapters import previews as preview_store
 from adapters import telemetry
 from adapters.attempt_ledger import AttemptLedger, LeaseLost, attempt_state, default_ledger
@@ -74,29 +73,6 @@ from kernel.turn_policy import replay_decision
 
 bp = df.Blueprint()
 INLINE_RESULT_BYTES = 12 * 1024
-Result = dict[str, Any]
-
-
-@dataclass(slots=True)
-class Outcome:
-    result: Result
-    documents: list[dict[str, Any]] = field(default_factory=list)
-
-
-ToolFn = Callable[[dict[str, Any], "ToolEnv"], Awaitable[Outcome]]
-
-
-def _no_progress(text: str) -> None:
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class ToolEnv:
-    session_id: str
-    client: df.DurableOrchestrationClient
-    # What a running tool reports; a preview, lossy, never a result (see the module docstring).
-    progress: Callable[[str], None] = _no_progress
-    task_id: str = ""  # the tool task: a workspace snapshot names the task that committed it
 
 
 @bp.activity_trigger(input_name="job")
@@ -139,7 +115,7 @@ async def _execute(job: dict[str, Any], client: df.DurableOrchestrationClient) -
     env = ToolEnv(
         job["session_id"],
         client,
-        progress.update if progress else _no_progress,
+        progress.update if progress else no_progress,
         str(job.get("tool_task_id") or ""),
     )
     try:
@@ -332,14 +308,6 @@ def _not_found(title: str) -> Result:
     return {"ok": False, "kind": "not_found", "message": f'there is no note titled "{title}"'}
 
 
-def _workspace_tool(run: Callable[..., Awaitable[workspace_tools.Done]]) -> ToolFn:
-    async def call(args: dict[str, Any], env: ToolEnv) -> Outcome:
-        result, documents = await run(args, env)
-        return Outcome(result, documents)
-
-    return call
-
-
 _TOOLS: dict[str, ToolFn] = {
     "calculator": _calculator,
     "append_ledger": _append_ledger,
@@ -347,7 +315,7 @@ _TOOLS: dict[str, ToolFn] = {
     "write_document": _write_document,
     "delete_document": _delete_document,
     "register_skill": _register_skill,
-    **{name: _workspace_tool(run) for name, run in workspace_tools.TOOLS.items()},
+    **workspace_tools.TOOLS,
 }
 
 

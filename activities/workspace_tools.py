@@ -1,8 +1,7 @@
 """The workspace tools run by ``execute_tool``: ``list_files``, ``read_file``, ``write_file``,
 ``edit_file``, ``delete_file`` and ``run_python`` (docs/workspace.md).
 
-Contract, for every tool: ``(arguments, env) -> (result, document changes)``, which
-``activities.tools`` wraps as its ``Outcome``; the arguments are the catalogue's
+Contract, for every tool: ``(arguments, env) -> Outcome``; the arguments are the catalogue's
 validated final ones (paths already normalised, ``kernel.tools``).
 
 * The reading tools answer from the session's **committed** snapshot (the ``workspace``
@@ -29,30 +28,14 @@ import datetime as dt
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from activities.tool_env import Outcome, Result, ToolEnv
 from adapters import sandbox
 from adapters.workspace_local import local_dir, rehydrate, scan, store_files
 from adapters.workspace_store import WorkspaceStore, default_store
 from entities import session_pages
 from kernel import workspace
-
-Result = dict[str, Any]
-Done = tuple[Result, list[dict[str, Any]]]  # the result, and the session document changes
-
-
-class ToolEnv(Protocol):
-    """What these tools need of ``activities.tools.ToolEnv`` (which wraps their answers)."""
-
-    @property
-    def session_id(self) -> str: ...
-
-    @property
-    def client(self) -> Any: ...
-
-    @property
-    def task_id(self) -> str: ...
-
 
 MAX_READ_CHARS = 64 * 1024
 MAX_LISTED = 200
@@ -67,11 +50,11 @@ def _files(store: WorkspaceStore, snapshot_id: str | None) -> workspace.Manifest
     return dict(store.get_snapshot(snapshot_id)["files"]) if snapshot_id else {}
 
 
-def _outcome(result: Result, documents: list[dict[str, Any]] | None = None) -> Done:
-    return result, documents or []
+def _outcome(result: Result, documents: list[dict[str, Any]] | None = None) -> Outcome:
+    return Outcome(result, documents or [])
 
 
-async def list_files(args: dict[str, Any], env: ToolEnv) -> Done:
+async def list_files(args: dict[str, Any], env: ToolEnv) -> Any:
     snapshot_id, _ = await _committed(env)
     files = await asyncio.to_thread(_files, default_store(), snapshot_id)
     prefix = str(args.get("prefix") or "").strip("/")
@@ -91,7 +74,7 @@ async def list_files(args: dict[str, Any], env: ToolEnv) -> Done:
     )
 
 
-async def read_file(args: dict[str, Any], env: ToolEnv) -> Done:
+async def read_file(args: dict[str, Any], env: ToolEnv) -> Any:
     path = args["path"]
     snapshot_id, _ = await _committed(env)
     store = default_store()
@@ -124,7 +107,7 @@ def _not_found(path: str) -> Result:
 Act = Callable[[Path], Awaitable[Result]]
 
 
-async def _change(env: ToolEnv, act: Act) -> Done:
+async def _change(env: ToolEnv, act: Act) -> Any:
     """Rehydrate, ``act``, and snapshot what it left (see the module docstring)."""
     snapshot_id, version = await _committed(env)
     store = default_store()
@@ -166,7 +149,7 @@ def _write(target: Path, data: bytes) -> None:
     tmp.replace(target)
 
 
-async def write_file(args: dict[str, Any], env: ToolEnv) -> Done:
+async def write_file(args: dict[str, Any], env: ToolEnv) -> Any:
     path, data = args["path"], str(args["text"]).encode("utf-8")
 
     async def act(directory: Path) -> Result:
@@ -176,7 +159,7 @@ async def write_file(args: dict[str, Any], env: ToolEnv) -> Done:
     return await _change(env, act)
 
 
-async def edit_file(args: dict[str, Any], env: ToolEnv) -> Done:
+async def edit_file(args: dict[str, Any], env: ToolEnv) -> Any:
     path, old, new = args["path"], str(args["old"]), str(args["new"])
 
     async def act(directory: Path) -> Result:
@@ -195,7 +178,7 @@ async def edit_file(args: dict[str, Any], env: ToolEnv) -> Done:
     return await _change(env, act)
 
 
-async def delete_file(args: dict[str, Any], env: ToolEnv) -> Done:
+async def delete_file(args: dict[str, Any], env: ToolEnv) -> Any:
     path = args["path"]
 
     async def act(directory: Path) -> Result:
@@ -208,7 +191,7 @@ async def delete_file(args: dict[str, Any], env: ToolEnv) -> Done:
     return await _change(env, act)
 
 
-async def run_python(args: dict[str, Any], env: ToolEnv) -> Done:
+async def run_python(args: dict[str, Any], env: ToolEnv) -> Any:
     code = str(args["code"])
 
     async def act(directory: Path) -> Result:
@@ -227,7 +210,7 @@ async def run_python(args: dict[str, Any], env: ToolEnv) -> Done:
     return await _change(env, act)
 
 
-TOOLS: dict[str, Callable[[dict[str, Any], ToolEnv], Awaitable[Done]]] = {
+TOOLS: dict[str, Callable[[dict[str, Any], ToolEnv], Awaitable[Any]]] = {
     "list_files": list_files,
     "read_file": read_file,
     "write_file": write_file,
