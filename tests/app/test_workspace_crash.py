@@ -19,7 +19,8 @@ from tests.app.conftest import kernel_env
 from tests.app.turn_support import entries_of, submit, wait_final
 from tests.harness import ROOT, HostProcess, store_spec_for, store_specs, wait_for
 
-pytestmark = pytest.mark.crash
+# A SIGKILL, restarts and (on Azure) a second host: more than the suite's 120 s on a busy machine.
+pytestmark = [pytest.mark.crash, pytest.mark.timeout(300)]
 
 
 @pytest.fixture

@@ -16,6 +16,8 @@ from kernel import ids
 from tests.app.turn_support import ModelServer, run_id, submit, view, wait_final, wait_phase
 from tests.harness import HostProcess
 
+# Two host starts and a turn across them: more than the suite's 120 s on a busy machine.
+pytestmark = pytest.mark.timeout(300)
 PLAN = "remember plan: eggs and then delete document plan"
 
 
