@@ -74,6 +74,22 @@ def postgres_url() -> Iterator[str]:
 _postgres_servers: list[object] = []
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _postgres_for_hosts(request: pytest.FixtureRequest) -> Iterator[None]:
+    """With postgres among the stores under test, export the session server's URL as
+    ``DURABLE_HOST_POSTGRES``, the setting host processes read."""
+    if "postgres" not in store_specs():
+        yield
+        return
+    previous = os.environ.get("DURABLE_HOST_POSTGRES")
+    os.environ["DURABLE_HOST_POSTGRES"] = request.getfixturevalue("postgres_url")
+    yield
+    if previous is None:
+        os.environ.pop("DURABLE_HOST_POSTGRES", None)
+    else:
+        os.environ["DURABLE_HOST_POSTGRES"] = previous
+
+
 @pytest.fixture
 def postgres_server(postgres_url: str) -> object:
     """The session's server itself, for fault tests (restart, terminate backends)."""
