@@ -96,10 +96,10 @@ class PostgresServer:
             "--locale=C.UTF-8",
         )
         pwfile.unlink()
-        self._pg_ctl("start")
+        self.pg_ctl("start")
         return self
 
-    def _pg_ctl(self, *command: str) -> None:
+    def pg_ctl(self, *command: str) -> None:
         options = (
             f"-p {self.port} -c listen_addresses=127.0.0.1"
             f" -c unix_socket_directories={self.root} -c max_connections=200"
@@ -120,7 +120,7 @@ class PostgresServer:
 
     def restart(self, immediate: bool = True) -> None:
         """``pg_ctl restart -m immediate``: the server crashes and recovers."""
-        self._pg_ctl("restart", "-m", "immediate" if immediate else "fast")
+        self.pg_ctl("restart", "-m", "immediate" if immediate else "fast")
 
     def terminate_backends(self) -> int:
         """``pg_terminate_backend`` of every client session but this one; how many."""
