@@ -16,8 +16,8 @@ import os
 import subprocess
 import time
 import uuid
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
