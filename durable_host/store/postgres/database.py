@@ -181,10 +181,14 @@ class Database:
         async with self.pool.connection() as conn:
             committing = False
             try:
-                async with conn.transaction():
-                    if fenced:
-                        xid = await self._fence(conn)
+                # Pipeline mode: the statements go out without waiting for each answer; a
+                # result read (a RETURNING, the fence) waits for those before it; a rowcount is
+                # not known before that, so the statements that need one use RETURNING.
+                async with conn.pipeline(), conn.transaction():
+                    fence = await self._fence(conn) if fenced else None
                     result = await body(conn)
+                    if fence is not None:
+                        xid = await self._fenced(fence)
                     if fault:
                         faults.hit("store.before_commit")
                     committing = True
@@ -200,14 +204,19 @@ class Database:
             return result
         raise _Retry(error)
 
-    async def _fence(self, conn: Conn) -> int:
-        cur = await self.execute(
+    async def _fence(self, conn: Conn) -> psycopg.AsyncCursor[Any]:
+        """The fence, sent first (it locks the lease row before anything else is written);
+        its answer is read by ``_fenced`` once the body's statements are on their way."""
+        return await self.execute(
             conn,
             "SELECT pg_current_xact_id()::text::bigint FROM lease WHERE id = 1 AND epoch = %s"
             " FOR KEY SHARE",
             (self.epoch,),
         )
-        row = await cur.fetchone()
+
+    async def _fenced(self, fence: psycopg.AsyncCursor[Any]) -> int:
+        """The transaction id, or ``StoreLostError`` when another host holds the hub."""
+        row = await fence.fetchone()
         if row is None:
             raise self.lose(
                 f"another host took over task hub {self.settings.hub} on"

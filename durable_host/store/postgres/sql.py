@@ -47,8 +47,11 @@ def instance_record(row: tuple[Any, ...]) -> InstanceRecord:
 async def complete_work(db: Database, conn: Conn, instance_id: str, done: Completion) -> bool:
     """Remove the work item and, unless the episode committed with it took the result, put
     the result in the inbox; False (nothing written) if another run already reported it."""
-    cur = await db.execute(conn, "DELETE FROM activities WHERE id = %s", (done.work_id,))
-    if cur.rowcount == 0:
+    # RETURNING, not rowcount: in pipeline mode a rowcount is not known until a result is read.
+    cur = await db.execute(
+        conn, "DELETE FROM activities WHERE id = %s RETURNING id", (done.work_id,)
+    )
+    if await cur.fetchone() is None:
         return False
     if not done.consumed:
         await db.execute(
@@ -226,8 +229,10 @@ def filters(query: Query) -> tuple[str, list[Any]]:
 async def purge_ids(db: Database, conn: Conn, ids: list[str]) -> int:
     if not ids:
         return 0
-    cur = await db.execute(conn, "DELETE FROM instances WHERE instance_id = ANY(%s)", (ids,))
-    count = cur.rowcount
+    cur = await db.execute(
+        conn, "DELETE FROM instances WHERE instance_id = ANY(%s) RETURNING 1", (ids,)
+    )
+    count = len(await cur.fetchall())
     for table in ("history", "inbox", "activities", "attempts"):
         await db.execute(
             conn,

@@ -388,6 +388,10 @@ class PostgresStore:
         """Count one more attempt at the instance's next episode; committing resets it."""
 
         async def body(conn: Conn) -> int:
+            # The count must outlive a crash of the host, not of the database server: an
+            # asynchronous commit keeps this write off the episode's critical path (a count
+            # lost with the server only allows one more attempt), as on SQLite.
+            await self.db.execute(conn, "SET LOCAL synchronous_commit TO off")
             cur = await self.db.execute(
                 conn,
                 "INSERT INTO attempts (instance_id, count) VALUES (%s, 1)"
