@@ -10,7 +10,9 @@ row without changing the tables).
 ``poll`` wakes at once on a NOTIFY from another writer (``listen``), and sweeps the hub
 every ``SWEEP_SECONDS`` for work nobody was told about: instances with visible messages
 that this process has not touched for ``STALE_SECONDS`` (a dispatch lost with a commit that
-reported a failure but applied) and activity work items it never handed to its engine.
+reported a failure but applied) and activity work items it never handed to its engine,
+found so by two sweeps in a row (a commit's caller hears of its work items a moment after
+the COMMIT made them visible).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class PostgresStore:
         self._handed: set[int] = set()  # work ids given to this process's engine
         self._touched: dict[str, float] = {}  # instance id -> when this process last wrote it
         self._next_sweep = 0.0
+        self._unhanded: set[int] = set()  # work ids the last sweep found nobody had
 
     @property
     def round_trips(self) -> int:
@@ -477,7 +480,12 @@ class PostgresStore:
             )
             return [ActivityWork(*r) for r in await cur.fetchall()]
 
-        works = await self.db.read(read)
+        # A work item committed a moment ago may not be in ``_handed`` yet (its commit's
+        # caller resumes after the COMMIT): only one that two sweeps in a row found
+        # unhanded was left behind.
+        unhanded = [w for w in await self.db.read(read) if w.work_id not in self._handed]
+        works = [w for w in unhanded if w.work_id in self._unhanded]
+        self._unhanded = {w.work_id for w in unhanded} - {w.work_id for w in works}
         self._handed.update(w.work_id for w in works)
         return found, works
 
