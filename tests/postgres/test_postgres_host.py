@@ -8,10 +8,15 @@ password never shows in the host's log or its startup errors.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from typing import Any
 
-from tests.harness import WEBHOOK, HostProcess, wait_for
+import pytest
+
+from tests.harness import APPS, ROOT, WEBHOOK, HostProcess, wait_for
 
 EXPECTED = ["Hello Tokyo!", "Hello Seattle!", "Hello London!"]
 
@@ -94,3 +99,41 @@ def test_the_store_reports_its_round_trips(pg_host):
     run(host, "hello_sequence")
     metrics = wait_for(lambda: host.get("/admin/host/metrics").json(), 10, "metrics")
     assert metrics["store_round_trips"] > 0
+
+
+@pytest.mark.parametrize(
+    ("spec", "env", "expected"),
+    [
+        ("postgres", {}, "needs the DURABLE_HOST_POSTGRES setting"),
+        ("postgres:host=h password='pw-open", {}, "not a valid libpq connection string"),
+        ("postgres:host=127.0.0.1", {"DURABLE_HOST_POSTGRES_POOL": "0"}, "between 1 and 200"),
+    ],
+)
+def test_a_missing_or_malformed_setting_is_refused_in_one_line(
+    spec: str, env: dict[str, str], expected: str, tmp_path
+) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_HOST_POSTGRES")}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "durable_host",
+            "start",
+            "--port",
+            "0",
+            "--store",
+            spec,
+            "--app-dir",
+            str(APPS / "basic"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**clean, **env, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 2, result
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("durable host: "), result.stderr
+    assert expected in lines[0]
+    assert "pw-open" not in result.stderr
