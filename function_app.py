@@ -6,6 +6,7 @@ import azure.functions as func
 from activities import (
     approvals,
     cancel,
+    environment,
     hand_over,
     loop_submit,
     mail,
@@ -17,7 +18,7 @@ from activities import (
     skills,
     tools,
 )
-from api import approval_links, loops, operator, pages, sessions
+from api import approval_links, loops, operator, pages, sessions, workspace
 from api import skills as skill_routes
 from entities import limiter, semaphore, session
 from orchestrators import (
@@ -29,6 +30,7 @@ from orchestrators import (
     on_failure,
     skill_run,
     tool_task,
+    workspace_commit,
 )
 
 # Every route declares its level; the default covers any route added without one.
@@ -70,5 +72,10 @@ for blueprint in (
     skill_routes.bp,
     # History retention of settled submissions (docs/kernel-session.md).
     retention.bp,
+    # The session workspace: uploads commit a snapshot (docs/workspace.md).
+    workspace_commit.bp,
+    workspace.bp,
+    # The environment a turn runs in, checked when it goes on (docs/workspace.md).
+    environment.bp,
 ):
     app.register_functions(blueprint)

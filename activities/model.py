@@ -38,6 +38,7 @@ from typing import Any, cast
 
 import azure.durable_functions as df
 
+from activities import environment
 from adapters import model_provider, telemetry
 from adapters import previews as preview_store
 from adapters.attempt_ledger import default_ledger
@@ -146,14 +147,18 @@ def model_preview(job: dict[str, Any], interval_s: float) -> preview_store.Previ
 
 @bp.activity_trigger(input_name="job")
 def turn_limits(job: dict[str, Any]) -> dict[str, Any]:
-    """The turn limits from this app's ``AGENT_*`` settings: ``{"ok", "limits"|"message"}``.
+    """The turn limits from this app's ``AGENT_*`` settings: ``{"ok", "limits", "environment"}``
+    or ``{"ok": false, "message"}``.
 
     Only the limits travel into orchestration histories, never the other settings (keys).
     """
     try:
-        return {"ok": True, "limits": TurnLimits.from_settings(os.environ).to_dict()}
+        limits = TurnLimits.from_settings(os.environ).to_dict()
     except TurnSettingsError as exc:
         return {"ok": False, "message": str(exc)}
+    # The environment the turn starts in (docs/workspace.md): recorded with the limits, so a
+    # run whose history holds limits without it (started before) replays unchecked.
+    return {"ok": True, "limits": limits, "environment": environment.current()}
 
 
 def _stored_if_long(text: str | None) -> str | None:

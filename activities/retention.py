@@ -25,6 +25,7 @@ n-th instance purged by this process.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from datetime import UTC, datetime
@@ -33,7 +34,9 @@ from typing import Any
 import azure.durable_functions as df
 
 from activities.tools import crash_point
-from kernel import retention
+from adapters import workspace_store
+from entities import session_pages
+from kernel import retention, workspace
 from kernel.state import decode_entity_state
 
 bp = df.Blueprint()
@@ -111,4 +114,18 @@ async def purge_settled(
     except Exception as exc:  # noqa: BLE001 - the SDK raises bare Exceptions; a later pass retries
         log.warning("history retention of session %s failed: %s", session_id, exc)
         return {"ok": False, "message": f"purge failed: {exc}"[:500]}
-    return {"ok": True, "purged": purged, "submissions": done, "kept": kept}
+    pruned = await asyncio.to_thread(_prune_workspace, session_id, state)
+    return {"ok": True, "purged": purged, "submissions": done, "kept": kept, **pruned}
+
+
+def _prune_workspace(session_id: str, state: Any) -> dict[str, int]:
+    """The session's workspace snapshots beyond its newest ``AGENT_WORKSPACE_KEEP_SNAPSHOTS``
+    (default 50) go with its old histories (docs/workspace.md, "Retention"); a failure only
+    leaves them for the next pass."""
+    try:
+        keep = max(1, int(os.environ.get("AGENT_WORKSPACE_KEEP_SNAPSHOTS") or 50))
+        head, _ = workspace.committed(session_pages.document(state, workspace.WORKSPACE_DOCUMENT))
+        return {"snapshots_pruned": workspace_store.default_store().prune(head, keep)}
+    except Exception as exc:  # noqa: BLE001 - retention never fails a turn
+        log.warning("workspace retention of session %s failed: %s", session_id, exc)
+        return {"snapshots_pruned": 0}

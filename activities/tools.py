@@ -29,7 +29,8 @@ Built-in tools: ``calculator``; ``read_document`` / ``write_document`` / ``delet
 session's ``note`` documents, one per title, ``kernel.tools.note_document_id``; a delete writes
 the document's tombstone version); ``append_ledger`` appends one
 line to the file ``AGENT_TOOL_LEDGER_FILE`` (default ``.durable/tool-ledger.txt``) - unsafe,
-every run adds a line. ``send_notices`` does not run here: its execution is the
+every run adds a line. The workspace tools (``list_files`` ... ``run_python``) are
+``activities.workspace_tools``. ``send_notices`` does not run here: its execution is the
 ``send_notices`` sub-orchestration.
 
 Progress (``AGENT_PREVIEWS=on``): a running tool is shown as a preview under its tool task
@@ -53,14 +54,14 @@ import socket
 import sys
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import azure.durable_functions as df
 
 from activities import skills as skill_activities
+from activities import workspace_tools
+from activities.tool_env import Outcome, Result, ToolEnv, ToolFn, no_progress
 from adapters import previews as preview_store
 from adapters import telemetry
 from adapters.attempt_ledger import AttemptLedger, LeaseLost, attempt_state, default_ledger
@@ -72,28 +73,6 @@ from kernel.turn_policy import replay_decision
 
 bp = df.Blueprint()
 INLINE_RESULT_BYTES = 12 * 1024
-Result = dict[str, Any]
-
-
-@dataclass(slots=True)
-class Outcome:
-    result: Result
-    documents: list[dict[str, Any]] = field(default_factory=list)
-
-
-ToolFn = Callable[[dict[str, Any], "ToolEnv"], Awaitable[Outcome]]
-
-
-def _no_progress(text: str) -> None:
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class ToolEnv:
-    session_id: str
-    client: df.DurableOrchestrationClient
-    # What a running tool reports; a preview, lossy, never a result (see the module docstring).
-    progress: Callable[[str], None] = _no_progress
 
 
 @bp.activity_trigger(input_name="job")
@@ -133,7 +112,12 @@ async def _execute(job: dict[str, Any], client: df.DurableOrchestrationClient) -
         if not await asyncio.to_thread(ledger.take_over, key, owner, lease_s, record.owner):
             return {"status": "leased", "retry_after": 0.05}
     progress = tool_progress(job)
-    env = ToolEnv(job["session_id"], client, progress.update if progress else _no_progress)
+    env = ToolEnv(
+        job["session_id"],
+        client,
+        progress.update if progress else no_progress,
+        str(job.get("tool_task_id") or ""),
+    )
     try:
         return await _run(ledger, key, owner, lease_s, job, env)
     finally:
@@ -331,6 +315,7 @@ _TOOLS: dict[str, ToolFn] = {
     "write_document": _write_document,
     "delete_document": _delete_document,
     "register_skill": _register_skill,
+    **workspace_tools.TOOLS,
 }
 
 

@@ -14,9 +14,11 @@ environment holds an ``AzureWebJobsStorage`` anyway (the host does not tell the 
 it runs on, and the app knows nothing about its host).
 
 Blob settings: ``AGENT_LEDGER_CONTAINER`` (default ``agent-ledger``) and
-``AGENT_CONTENT_CONTAINER`` (default ``agent-content``), created when missing. Identity-based
-connections (``AzureWebJobsStorage__accountName`` without a connection string) are refused
-with a clear error: they need a credential library the app does not ship yet.
+``AGENT_CONTENT_CONTAINER`` (default ``agent-content``), created when missing. The connection
+is read as the Functions host reads it (``functions_connections``): a connection string, or the
+identity-based form (``AzureWebJobsStorage__accountName`` or ``__blobServiceUri``, with
+``__credential=managedidentity`` and ``__clientId`` on Azure); a setting that is neither, or
+both, is a ``StateStoreConfigError`` naming the settings looked for.
 
 Clients are the SDK's synchronous ones, one per process and connection: the ports are
 synchronous (the session entity is a plain function; activities call the ports through
@@ -35,6 +37,13 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar
+
+from functions_connections import (
+    ConnectionSettingError,
+    StorageConnection,
+    blob_service,
+    read_connection,
+)
 
 StateStoreKind = Literal["file", "blob"]
 T = TypeVar("T")
@@ -59,8 +68,8 @@ def state_store_kind(env: Mapping[str, str] | None = None) -> StateStoreKind:
         raise StateStoreConfigError(f"AGENT_STATE_STORE must be 'file' or 'blob', not {explicit!r}")
     if (env.get("AzureWebJobsStorage") or "").strip():
         return "blob"
-    if any(k.startswith("AzureWebJobsStorage__") for k in env):
-        return "blob"  # identity-based: refused with a clear message when a client is made
+    if any(k.lower().startswith("azurewebjobsstorage__") for k in env):
+        return "blob"  # identity-based (functions_connections reads it; case is ignored)
     return "file"
 
 
@@ -75,44 +84,40 @@ def container_name(setting: str, default: str, env: Mapping[str, str] | None = N
     return name
 
 
-def storage_connection(env: Mapping[str, str] | None = None) -> str:
+def storage_connection(env: Mapping[str, str] | None = None) -> StorageConnection:
     env = os.environ if env is None else env
-    connection = (env.get("AzureWebJobsStorage") or "").strip()
-    if connection:
-        return connection
-    if any(k.startswith("AzureWebJobsStorage__") for k in env):
+    if not (env.get("AzureWebJobsStorage") or "").strip() and not any(
+        k.lower().startswith("azurewebjobsstorage__") for k in env
+    ):
         raise StateStoreConfigError(
-            "AzureWebJobsStorage is identity-based (AzureWebJobsStorage__...): the app's blob"
-            " state needs a connection string in AzureWebJobsStorage (or a setting"
-            " AGENT_STATE_STORE=file on a single instance)"
+            "AGENT_STATE_STORE=blob needs the AzureWebJobsStorage setting (a connection string,"
+            " UseDevelopmentStorage=true for Azurite, or AzureWebJobsStorage__accountName /"
+            " __blobServiceUri for an identity-based connection)"
         )
-    raise StateStoreConfigError(
-        "AGENT_STATE_STORE=blob needs the AzureWebJobsStorage setting (a connection string,"
-        " or UseDevelopmentStorage=true for Azurite)"
-    )
+    try:
+        return read_connection("AzureWebJobsStorage", env)
+    except ConnectionSettingError as exc:
+        raise StateStoreConfigError(str(exc)) from exc
 
 
-_containers: dict[tuple[str, str], Any] = {}
+_containers: dict[tuple[StorageConnection | str, str], Any] = {}
 _lock = threading.Lock()
 
 
-def container_client(connection: str, name: str) -> Any:
+def container_client(connection: StorageConnection | str, name: str) -> Any:
     """The container ``name`` on ``connection``, created if missing; one client per process."""
     from azure.core.exceptions import ResourceExistsError
-    from azure.storage.blob import BlobServiceClient
 
     with _lock:
         found = _containers.get((connection, name))
         if found is not None:
             return found
         try:
-            service = BlobServiceClient.from_connection_string(
+            service = blob_service(
                 connection, retry_total=0, connection_timeout=10, read_timeout=30
             )
-        except ValueError as exc:
-            raise StateStoreConfigError(
-                f"AzureWebJobsStorage is not a valid connection string: {exc}"
-            ) from exc
+        except ConnectionSettingError as exc:
+            raise StateStoreConfigError(str(exc)) from exc
         container = service.get_container_client(name)
 
         def create() -> None:

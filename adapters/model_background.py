@@ -41,6 +41,7 @@ from typing import Any, Literal, Protocol
 
 import openai
 
+from adapters import model_provider
 from adapters.content_store import ContentNotFound, ContentStore
 from adapters.model_provider import ProviderConfig, failure_from_status, tool_arguments
 from kernel import planner
@@ -294,20 +295,8 @@ class _CallError(Exception):
 
 
 def _client(config: ProviderConfig, timeout_s: float) -> openai.AsyncOpenAI:
-    # Retries are durable timers in the orchestrator, never the client's own.
-    extra: dict[str, Any] = {}
-    if config.api_version is not None:
-        extra = {
-            "default_query": {"api-version": config.api_version},
-            "default_headers": {"api-key": config.api_key},
-        }
-    return openai.AsyncOpenAI(
-        base_url=config.base_url,
-        api_key=config.api_key,
-        timeout=timeout_s,
-        max_retries=0,
-        **extra,
-    )
+    # The same client as a synchronous call's: a key, or an Entra ID token (model_provider).
+    return model_provider.openai_client(config, timeout_s)
 
 
 # --- the offline planner as a background provider --------------------------------------------

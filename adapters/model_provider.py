@@ -7,11 +7,25 @@ Configuration (app settings, read by ``ProviderConfig.from_settings``):
                                OpenAI-compatible server; unset or blank: no provider (the
                                offline planner answers instead)
 ``AGENT_MODEL_API_KEY``        the key (optional for local servers)
+``AGENT_MODEL_AUTH``           ``key`` (the default: the key above) or ``entra``: a
+                               Microsoft Entra ID bearer token instead of a key (Azure
+                               OpenAI without keys), see below
+``AGENT_MODEL_TOKEN_SCOPE``    ``entra``: the token's scope (default
+                               ``https://cognitiveservices.azure.com/.default``)
 ``AGENT_MODEL_NAME``           the model, or for Azure OpenAI the deployment name
 ``AGENT_MODEL_API_VERSION``    Azure OpenAI: set it to send ``api-version`` with every call
                                and the key as the ``api-key`` header; the base URL is then
                                ``https://<resource>.openai.azure.com/openai/deployments/<name>``
 =============================  ============================================================
+
+With ``AGENT_MODEL_AUTH=entra`` every request carries ``Authorization: Bearer <token>`` and no
+``api-key``; the token comes from the credential of the app's storage connection
+(``AzureWebJobsStorage__credential=managedidentity`` and ``__clientId``: the Function app's
+managed identity; otherwise the Azure credential chain: environment, workload identity,
+managed identity, Azure CLI), cached and refreshed by ``azure-identity`` before it expires. A
+token that cannot be had is a ``transient`` failure (retried by the orchestrator's timers, like
+an unreachable model); a token the endpoint refuses (401) is ``fatal``, never retried. The
+choice of an explicit setting over "no key with an Azure endpoint": see docs/architecture.md.
 
 ``complete(config, request, timeout_s, on_text=None)`` returns a ``kernel.model_io`` envelope
 and never raises for provider trouble: 429 becomes ``rate_limited`` with the provider's ``Retry-After``
@@ -35,9 +49,9 @@ import email.utils
 import json
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import openai
 
@@ -53,6 +67,11 @@ from kernel.model_io import (
 )
 
 _TRANSIENT_STATUSES = frozenset({408, 409})
+ENTRA_SCOPE = "https://cognitiveservices.azure.com/.default"
+
+
+class ModelSettingError(ValueError):
+    """An ``AGENT_MODEL_*`` setting that cannot be used; the message names it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,19 +80,46 @@ class ProviderConfig:
     api_key: str
     model: str
     api_version: str | None = None
+    auth: Literal["key", "entra"] = "key"
+    token_scope: str = ENTRA_SCOPE
+    # entra: the storage connection's identity (``AzureWebJobsStorage__credential`` / ``__clientId``)
+    managed_identity: bool = False
+    client_id: str | None = None
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, str]) -> ProviderConfig | None:
         base_url = (settings.get("AGENT_MODEL_BASE_URL") or "").strip()
         if not base_url:
             return None
+        auth = (settings.get("AGENT_MODEL_AUTH") or "").strip().lower() or "key"
+        if auth not in ("key", "entra"):
+            raise ModelSettingError(f"AGENT_MODEL_AUTH must be 'key' or 'entra', not {auth!r}")
+        api_key = (settings.get("AGENT_MODEL_API_KEY") or "").strip()
+        if auth == "entra" and api_key:
+            raise ModelSettingError(
+                "AGENT_MODEL_AUTH=entra sends a Microsoft Entra ID token, not a key: remove"
+                " AGENT_MODEL_API_KEY (or set AGENT_MODEL_AUTH=key)"
+            )
         return cls(
             base_url=base_url,
             # Local servers need no key, but the client insists on one.
-            api_key=(settings.get("AGENT_MODEL_API_KEY") or "").strip() or "not-needed",
+            api_key=api_key or "not-needed",
             model=(settings.get("AGENT_MODEL_NAME") or "").strip() or "gpt-4o-mini",
             api_version=(settings.get("AGENT_MODEL_API_VERSION") or "").strip() or None,
+            auth=auth,  # type: ignore[arg-type]
+            token_scope=(settings.get("AGENT_MODEL_TOKEN_SCOPE") or "").strip() or ENTRA_SCOPE,
+            managed_identity=_setting(settings, "AzureWebJobsStorage__credential").lower()
+            == "managedidentity",
+            client_id=_setting(settings, "AzureWebJobsStorage__clientId") or None,
         )
+
+
+def _setting(settings: Mapping[str, str], name: str) -> str:
+    """A setting by name, ignoring case as the Functions host does for connection parts."""
+    for key, value in settings.items():
+        if key.lower() == name.lower():
+            return value.strip()
+    return ""
 
 
 TextSink = Callable[[str], None]
@@ -86,7 +132,7 @@ async def complete(
     on_text: TextSink | None = None,
 ) -> ModelResult:
     """One chat-completions call as an envelope; see the module docstring."""
-    client = _client(config, timeout_s)
+    client = openai_client(config, timeout_s)
     try:
         kwargs: dict[str, Any] = {
             "model": request.model or config.model,
@@ -266,19 +312,45 @@ def tool_arguments(raw: object) -> JsonObject:
     return value if isinstance(value, dict) else {"unparsed_arguments": str(raw)[:2000]}
 
 
-def _client(config: ProviderConfig, timeout_s: float) -> openai.AsyncOpenAI:
-    if config.api_version is None:
-        return openai.AsyncOpenAI(
-            base_url=config.base_url, api_key=config.api_key, timeout=timeout_s, max_retries=0
-        )
+def openai_client(config: ProviderConfig, timeout_s: float) -> openai.AsyncOpenAI:
+    """The OpenAI client for ``config``: a key, or an Entra ID token per request (``entra``)."""
+    extra: dict[str, Any] = {}
+    api_key: Any = config.api_key
+    if config.auth == "entra":
+        api_key = _entra_token(config)
+    if config.api_version is not None:
+        extra["default_query"] = {"api-version": config.api_version}
+        if config.auth == "key":
+            extra["default_headers"] = {"api-key": config.api_key}
+    # Retries are durable timers in the orchestrator, never the client's own.
     return openai.AsyncOpenAI(
-        base_url=config.base_url,
-        api_key=config.api_key,
-        timeout=timeout_s,
-        max_retries=0,
-        default_query={"api-version": config.api_version},
-        default_headers={"api-key": config.api_key},
+        base_url=config.base_url, api_key=api_key, timeout=timeout_s, max_retries=0, **extra
     )
+
+
+def _entra_token(config: ProviderConfig) -> Callable[[], Awaitable[str]]:
+    """An async token source for the client: the process's credential (its cache refreshes the
+    token before it expires), asked on a worker thread so no event loop owns it."""
+    import httpx2
+
+    from functions_connections import IdentityUnavailableError, credential, token_provider
+
+    source = token_provider(
+        credential(managed_identity=config.managed_identity, client_id=config.client_id),
+        config.token_scope,
+    )
+
+    async def token() -> str:
+        try:
+            return await asyncio.to_thread(source)
+        except IdentityUnavailableError as exc:
+            # No token yet is like no connection yet: transient, retried by durable timers.
+            raise openai.APIConnectionError(
+                message=f"no Microsoft Entra ID token for the model: {exc}",
+                request=httpx2.Request("POST", config.base_url),
+            ) from exc
+
+    return token
 
 
 def _headers(exc: openai.APIStatusError) -> Mapping[str, str]:

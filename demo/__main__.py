@@ -35,6 +35,14 @@ REQUEST = (
     "send the approved notice to alice@example.com, bob@example.com, carol@example.com, "
     'dave@example.com, erin@example.com subject "Service window"'
 )
+# The workspace (docs/workspace.md): a report file, and a computation over it in run_python.
+WORKSPACE_REQUEST = (
+    "write file report.md: # Service window\nNotices sent: 5\nConfirmed: 5 and then "
+    "run python: lines = open('report.md').read().splitlines()\n"
+    "numbers = [int(line.split(': ')[1]) for line in lines if ': ' in line]\n"
+    "open('stats.txt', 'w').write(f'confirmation rate: {numbers[1] / numbers[0]:.0%}')\n"
+    "print('numbers in the report:', numbers, 'total', sum(numbers)) and then list files"
+)
 FINAL = ("completed", "failed", "cancelled")
 SKILL = {
     "name": "onboard-customer",
@@ -222,6 +230,8 @@ def main() -> int:
             "AGENT_PREVIEW_DIR": str(state / "previews"),
             "AGENT_PLANNER_STREAM_DELAY_MS": "80",
             "AGENT_SKILLS_DIR": str(state / "skills"),
+            "AGENT_WORKSPACE_DIR": str(state / "workspaces"),
+            "AGENT_WORKSPACE_STORE_DIR": str(state / "workspace-store"),
         }
     )
     host, base = spawn(
@@ -266,15 +276,45 @@ def run(base: str, mail_url: str, exit_when_done: bool) -> int:
     deliveries = (stats or {}).get("deliveriesByRecipient", stats)
     print(f"\nmail service deliveries per recipient: {json.dumps(deliveries)}")
     print(f"watch the session: {base}/api/sessions/{session_id}/page")
+    files = run_workspace(base, session_id, time.monotonic() + 120)
     run_view = run_skill(base, session_id, time.monotonic() + 120)
     if exit_when_done:
-        return 0 if sub["status"] == "completed" and run_view["status"] == "completed" else 1
+        done = (sub["status"], files["status"], run_view["status"])
+        return 0 if done == ("completed",) * 3 else 1
     print("serving; Ctrl-C to stop")
     try:
         signal.pause()
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def run_workspace(base: str, session_id: str, deadline: float) -> dict[str, Any]:
+    """A second submission that writes a report file and computes over it with run_python;
+    then the session's files as the API shows them."""
+    print(f"\nsession {session_id}: {WORKSPACE_REQUEST}\n")
+    status, accepted = http(
+        "POST",
+        f"{base}/api/sessions/{session_id}/submissions",
+        {"requestId": "demo-workspace", "text": WORKSPACE_REQUEST},
+    )
+    if status != 202:
+        raise SystemExit(f"submission refused: {status} {accepted}")
+    sub = follow(base, session_id, accepted["submissionId"], deadline)
+    print(f"\nsubmission {sub['status']}:\n{sub.get('answer') or ''}")
+    _, listing = http("GET", f"{base}/api/sessions/{session_id}/workspace")
+    for item in (listing or {}).get("files", []):
+        print(
+            f"workspace file {item['path']} ({item['size']} bytes, by {task_label(item['changedBy'])})"
+        )
+    _, stats = http_text(f"{base}/api/sessions/{session_id}/workspace/files/stats.txt")
+    print(f"stats.txt: {stats}")
+    return sub
+
+
+def http_text(url: str, timeout: float = 30.0) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.status, response.read().decode("utf-8", errors="replace")
 
 
 def run_skill(base: str, request_id: str, deadline: float) -> dict[str, Any]:

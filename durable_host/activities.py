@@ -4,8 +4,9 @@ Input and output are converted exactly as the worker's ``ActivityTriggerConverte
 does (input: ``df_loads`` of the JSON text, raw string if it is not JSON; output:
 ``df_dumps``), and failures become ``TaskFailed`` with the extension's reason text
 (``Activity function '<name>' failed: <message>``). ``BuiltIn::HttpActivity`` - the
-durable HTTP call - is performed here too; a call that asks for a managed-identity token
-fails with a message saying this host has none.
+durable HTTP call - is performed here too; a call with a ``token_source`` gets a bearer token
+for its resource from the host's credential (``identity_tokens``), added to the outgoing
+request only (never to what is recorded), or fails naming the resource when none can be had.
 
 A ``functionTimeout`` bounds every run: when it passes, the activity fails with the
 Functions host's text (``Timeout value of 00:05:00 was exceeded by function:
@@ -28,7 +29,7 @@ from azure.functions import meta
 from azure.functions.durable_functions import ActivityTriggerConverter
 
 from durable_host import history as h
-from durable_host import invocation
+from durable_host import identity_tokens, invocation
 from durable_host.loader import AppIndex
 from durable_host.records import ActivityWork, MessageKind
 
@@ -97,12 +98,11 @@ async def _dispatch(
 
 
 async def _http_call(request: dict[str, Any]) -> str:
-    if request.get("tokenSource"):
-        raise PermissionError(
-            "Managed identity tokens are not available on this host: the durable HTTP call"
-            " asked for a token for "
-            f"{request['tokenSource'].get('resource')!r}."
-        )
+    sent = dict(request.get("headers") or {})
+    source = request.get("tokenSource")
+    if source:
+        token = await identity_tokens.bearer_token(str(source.get("resource") or ""))
+        sent["Authorization"] = f"Bearer {token}"
     content = request.get("content")
     async with (
         aiohttp.ClientSession() as session,
@@ -110,7 +110,7 @@ async def _http_call(request: dict[str, Any]) -> str:
             request.get("method", "GET"),
             request["uri"],
             data=content.encode() if isinstance(content, str) else None,
-            headers=request.get("headers") or None,
+            headers=sent or None,
         ) as response,
     ):
         body = await response.text()

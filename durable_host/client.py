@@ -91,16 +91,19 @@ class ClientError(Exception):
 
 # The extension's ``DurableClient.SuspendAsync``/``ResumeAsync`` accept only these states.
 SUSPENDABLE = (RuntimeStatus.RUNNING, RuntimeStatus.PENDING, RuntimeStatus.CONTINUED_AS_NEW)
-WRONG_STATE = 409  # see _require_state
+# The extension's ``HttpApiHandler`` catch-all: any exception but ``ArgumentException``.
+WRONG_STATE = 500
+CATCH_ALL = "Something went wrong while processing your request"
 
 
 def _require_state(record: InstanceRecord, action: str, allowed: tuple[str, ...]) -> None:
     """Refuse a suspend/resume the extension refuses (a suspended or not-yet-suspended one).
 
     The extension throws ``InvalidOperationException`` there, which its handler's catch-all
-    turns into a 500; the host answers 409 with the same exception text, because the
-    request conflicts with the instance's state (the server did not fail, and a 5xx invites
-    blind retries). The SDK client treats both as failure: it accepts only 202, 410 and 404.
+    answers with 500 and an ``HttpError`` (``Message`` the catch-all's text,
+    ``ExceptionMessage`` the reason). The host answers the same, so the SDK client raises the
+    text it raises on Azure (``The operation failed with an unexpected status code 500``),
+    which Microsoft's e2e scenarios assert. Nothing is stored.
     """
     if record.status not in allowed:
         raise ClientError(
@@ -108,7 +111,7 @@ def _require_state(record: InstanceRecord, action: str, allowed: tuple[str, ...]
             f"Cannot {action} the orchestration instance {record.instance_id} because"
             f" instance is in the {record.status} state.",
             "System.InvalidOperationException",
-            title=f"The instance is in no state to {action}.",
+            title=CATCH_ALL,
         )
 
 

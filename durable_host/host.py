@@ -95,13 +95,16 @@ def _azure_store(
     """Azure Storage from ``AzureWebJobsStorage`` (as Functions reads it); the hub name from
     host.json unless ``DURABLE_HOST_HUB`` overrides it (tests use one hub per test)."""
     from durable_host.store.azure import AzureStore  # the SQLite store needs no Azure SDK
+    from functions_connections import ConnectionSettingError, read_connection
 
-    connection = os.environ.get("AzureWebJobsStorage", "").strip()
-    if not connection:
+    try:
+        setting = read_connection("AzureWebJobsStorage", os.environ)
+    except ConnectionSettingError as exc:
         raise StoreSpecError(
-            "--store azure needs the AzureWebJobsStorage setting (a connection string, or"
-            " UseDevelopmentStorage=true for Azurite) in the environment or local.settings.json"
-        )
+            f"--store azure needs the AzureWebJobsStorage setting (in the environment or"
+            f" local.settings.json): {exc}"
+        ) from exc
+    connection = setting.connection_string or setting
     hub = os.environ.get("DURABLE_HOST_HUB") or cfg.hub_name
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]{2,49}", hub):
         raise StoreSpecError(

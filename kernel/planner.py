@@ -22,7 +22,10 @@ case-insensitive; trailing ``.``, ``!`` and ``?`` are dropped), first match wins
 5. ``record <text> in the ledger`` or ``ledger: <text>`` → ``append_ledger``;
 6. ``calculate <expr>`` or ``compute <expr>``, and ``what is <expr>`` when ``<expr>`` is made of
    digits and operators only → ``calculator``;
-7. anything else needs no tool: it is answered directly with an echo and a word count.
+7. ``run python: <code>`` → ``run_python``; ``write file <path>: <text>`` → ``write_file``;
+   ``show file <path>`` → ``read_file``; ``list files`` → ``list_files`` (checked first; the
+   code and the text may span lines);
+8. anything else needs no tool: it is answered directly with an echo and a word count.
 
 Rounds: every tool clause gets one round of its own, in order. Each call to ``plan`` finds the
 first tool clause without a result and asks for its call; when every tool clause has a result,
@@ -65,6 +68,14 @@ _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
 _QUOTED = re.compile(r'"[^"]*"')
 _ARITHMETIC = re.compile(r"[\d\s+\-*/%().]*\d[\d\s+\-*/%().]*")
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # The workspace (docs/workspace.md): code and file text may span lines.
+    ("run_python", re.compile(r"run python\s*:\s*(?P<code>.+)", re.IGNORECASE | re.DOTALL)),
+    (
+        "write_file",
+        re.compile(r"write file\s+(?P<path>[^:\s]+)\s*:\s*(?P<text>.*)", re.IGNORECASE | re.DOTALL),
+    ),
+    ("read_file", re.compile(r"show file\s+(?P<path>\S+)", re.IGNORECASE)),
+    ("list_files", re.compile(r"list files", re.IGNORECASE)),
     ("delete_document", re.compile(r"delete (?:the )?document\s+(?P<title>.+)", re.IGNORECASE)),
     (
         "write_document",
@@ -286,6 +297,23 @@ def _notices(args: JsonObject, payload: JsonValue) -> list[str]:
     return lines
 
 
+def _listed(payload: JsonValue) -> list[str]:
+    files = _field(payload, "files")
+    if not isinstance(files, list) or not files:
+        return ["The workspace has no files."]
+    lines = [f"{len(files)} file(s) in the workspace:"]
+    for item in files:
+        if isinstance(item, dict):
+            lines.append(f"- {item.get('path')} ({_shown(item.get('size'))} bytes)")
+    return lines
+
+
+def _python(payload: JsonValue) -> list[str]:
+    output = _field(payload, "stdout")
+    text = output.rstrip() if isinstance(output, str) else ""
+    return [f"Python printed: {text}"] if text else ["Python ran and printed nothing."]
+
+
 _SUCCESS: dict[str, Callable[[JsonObject, JsonValue], list[str]]] = {
     "calculator": _calculated,
     "write_document": lambda args, _: [f'Saved note "{args["title"]}".'],
@@ -293,4 +321,10 @@ _SUCCESS: dict[str, Callable[[JsonObject, JsonValue], list[str]]] = {
     "delete_document": lambda args, _: [f'Deleted document "{args["title"]}".'],
     "append_ledger": lambda args, _: [f"Recorded in the ledger: {args['text']}"],
     "send_notices": _notices,
+    "write_file": lambda args, p: [
+        f"Wrote file {args['path']} ({_shown(_field(p, 'size'))} bytes)."
+    ],
+    "read_file": lambda args, p: [f"File {args['path']}:", _shown(_field(p, "text"))],
+    "list_files": lambda args, p: _listed(p),
+    "run_python": lambda args, p: _python(p),
 }

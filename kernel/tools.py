@@ -17,6 +17,13 @@ append_ledger      unsafe  no        every run appends a line: never re-run blin
 send_notices       unsafe  no        one e-mail per recipient, 1..50 distinct addresses
 register_skill     safe    yes       stores a skill (kernel.skills); the same definition again
                                      adds no version, so a re-run is harmless (docs/skills.md)
+list_files         safe    no        the session workspace's committed snapshot (docs/workspace.md)
+read_file          safe    no        one file of that snapshot
+write_file         safe    no        the tool's host rehydrates the workspace from the committed
+edit_file          safe    no        snapshot first and commits a new one with the task, so a
+delete_file        safe    no        re-run after a crash starts from the same files; one at a
+run_python         safe    no        time per session (``concurrency``). run_python's effects
+                                     outside the workspace are not undone (docs/workspace.md)
 =================  ======  ========  ==========================================================
 
 Declarations (``concurrency``, ``failure``) are applied by the tool task
@@ -51,9 +58,16 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+)
 
-from kernel import calculator, documents, ids
+from kernel import calculator, documents, ids, workspace
 from kernel.errors import join_path
 from kernel.failures import FailurePolicy
 from kernel.limits import parse_limit
@@ -114,6 +128,52 @@ class RegisterSkillArgs(ToolArgs):
     ]
 
 
+def _workspace_path(value: str) -> str:
+    return workspace.normalize_path(value)  # a PathProblem is a ValueError: pydantic reports it
+
+
+WorkspacePath = Annotated[
+    str,
+    Field(min_length=1, max_length=workspace.MAX_PATH_CHARS, examples=["report.md"]),
+    AfterValidator(_workspace_path),
+]
+
+
+class ListFilesArgs(ToolArgs):
+    prefix: Annotated[str, Field(max_length=workspace.MAX_PATH_CHARS)] = ""
+
+
+class ReadFileArgs(ToolArgs):
+    path: WorkspacePath
+
+
+class WriteFileArgs(ToolArgs):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+    path: WorkspacePath
+    text: Annotated[str, Field(max_length=256 * 1024)]
+
+
+class EditFileArgs(ToolArgs):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+    path: WorkspacePath
+    old: Annotated[str, Field(min_length=1, max_length=64 * 1024)]
+    new: Annotated[str, Field(max_length=64 * 1024)]
+
+
+class DeleteFileArgs(ToolArgs):
+    path: WorkspacePath
+
+
+class RunPythonArgs(ToolArgs):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+    code: Annotated[str, Field(min_length=1, max_length=20_000)]
+
+
+# One workspace tool at a time per session: each rehydrates the session's directory and
+# commits a snapshot made from it, so two at once on one host would see each other's files.
+_ONE_WORKSPACE_TOOL: JsonObject = {"key": "workspace:{session}", "limit": 1, "lease_s": 300}
+
+
 def _no_problems(args: BaseModel) -> list[str]:
     return []
 
@@ -123,13 +183,23 @@ def _expression_problems(args: CalculatorArgs) -> list[str]:
     return [f"expression: {error.message}"] if error else []
 
 
-def _skill_problems(args: RegisterSkillArgs) -> list[str]:
-    from kernel import skills  # skills validates its tool steps against this catalogue
+# register_skill's argument is a whole skill, which kernel.skills validates - its tool steps
+# against this catalogue, so this module cannot import it without an import circle. Skills
+# hands its validator over when it is imported (``use_skill_validator``); until then
+# register_skill refuses every call (fail closed) rather than store an unchecked skill.
+_skill_validator: list[Callable[[object], list[str]]] = []
 
-    checked = skills.validate(args.skill)
-    if isinstance(checked, skills.Skill):
-        return []
-    return [f"skill.{p.field}: {p.message}" for p in checked]
+
+def use_skill_validator(validate: Callable[[object], list[str]]) -> None:
+    """Hand over how ``register_skill`` checks its ``skill`` argument: every problem as
+    ``"skill.<path>: <what is wrong>"``, none for a valid skill (``kernel.skills`` does)."""
+    _skill_validator[:] = [validate]
+
+
+def _skill_problems(args: RegisterSkillArgs) -> list[str]:
+    if not _skill_validator:
+        return ["skill: skills cannot be checked: kernel.skills is not loaded in this process"]
+    return _skill_validator[0](args.skill)
 
 
 def _recipient_problems(args: SendNoticesArgs) -> list[str]:
@@ -257,6 +327,51 @@ _CATALOGUE: tuple[ToolSpec[Any], ...] = (
             "A person approves it first."
         ),
         precheck=_skill_problems,
+    ),
+    ToolSpec(
+        name="list_files",
+        args_model=ListFilesArgs,
+        policy="safe",
+        description="List the files of the session workspace (optionally under a prefix).",
+    ),
+    ToolSpec(
+        name="read_file",
+        args_model=ReadFileArgs,
+        policy="safe",
+        description="Read one text file of the session workspace.",
+    ),
+    ToolSpec(
+        name="write_file",
+        args_model=WriteFileArgs,
+        policy="safe",
+        description="Create or replace a text file in the session workspace.",
+        concurrency=_ONE_WORKSPACE_TOOL,
+    ),
+    ToolSpec(
+        name="edit_file",
+        args_model=EditFileArgs,
+        policy="safe",
+        description="Replace the one occurrence of the exact text `old` in a workspace file.",
+        concurrency=_ONE_WORKSPACE_TOOL,
+    ),
+    ToolSpec(
+        name="delete_file",
+        args_model=DeleteFileArgs,
+        policy="safe",
+        description="Delete a file from the session workspace.",
+        concurrency=_ONE_WORKSPACE_TOOL,
+    ),
+    ToolSpec(
+        name="run_python",
+        args_model=RunPythonArgs,
+        policy="safe",
+        description=(
+            "Run a Python snippet in a subprocess whose working directory is the session "
+            "workspace: no app settings, no network where the platform allows, limits on CPU, "
+            "memory, file size, processes and wall time; its output is truncated. The files it "
+            "leaves are kept only if it exits with status 0."
+        ),
+        concurrency=_ONE_WORKSPACE_TOOL,
     ),
 )
 TOOLS: dict[str, ToolSpec[Any]] = {spec.name: spec for spec in _CATALOGUE}

@@ -99,7 +99,17 @@ def agent_run(context: df.DurableOrchestrationContext) -> Generator[Any, Any, di
         **({"tools": list(job["tools"])} if job.get("tools") else {}),
     }
     run = Run(entity, turn_id, base, TurnLimits.from_dict(read["limits"]))
+    # The environment the turn started in; None for a run whose limits were given or were read
+    # before environments were recorded - it replays, and runs, unchecked.
+    recorded = read.get("environment")
+    if recorded is not None:
+        yield from record_environment(context, run, job["submission_id"], recorded)
     while run.round_no <= run.limits.max_rounds:
+        if recorded is not None and (run.round_no > 1 or run.attempt > 1):
+            checked = yield from check_environment(context, run, job["submission_id"], recorded)
+            if not checked["ok"]:
+                return (yield from give_up(context, run, checked["decision"], checked["reason"]))
+            recorded = checked["recorded"]
         result = yield from run_round(context, run)
         if result["kind"] == "continue":
             run.round_no, run.attempt = run.round_no + 1, 1
@@ -144,7 +154,50 @@ def with_policy(read: dict[str, Any], policy: dict[str, Any] | None) -> dict[str
         limits = TurnLimits.from_dict(read["limits"]).with_policy(policy)
     except TurnSettingsError as exc:
         return {"ok": False, "message": f"policy.{exc}"}
-    return {"ok": True, "limits": limits.to_dict()}
+    kept = {"environment": read["environment"]} if "environment" in read else {}
+    return {"ok": True, "limits": limits.to_dict(), **kept}
+
+
+def environment_document(submission_id: str, recorded: dict[str, Any], **more: Any) -> Any:
+    """The session document that shows a turn's recorded environment (docs/workspace.md)."""
+    data = {"recorded": recorded, **more}
+    return {"id": f"environment.{submission_id}", "type": "json", "data": data}
+
+
+def record_environment(
+    context: df.DurableOrchestrationContext, run: Run, submission_id: str, recorded: Any
+) -> Gen:
+    yield context.call_entity(
+        run.entity, "commit", {"documents": [environment_document(submission_id, recorded)]}
+    )
+
+
+def check_environment(
+    context: df.DurableOrchestrationContext, run: Run, submission_id: str, recorded: Any
+) -> Gen:
+    """Compare this host's environment with the recorded one under the host's policy; a
+    refused change parks the run (``needs_attention``, the reason naming what changed) until an
+    operator lets it continue (``retry``: the new environment becomes the recorded one) or
+    cancels it (``abort``, or nobody in time). ``{"ok", "recorded"}`` or ``{"ok": false,
+    "decision", "reason"}``."""
+    checked = yield context.call_activity("check_environment", {"recorded": recorded})
+    if checked.get("ok"):
+        return {"ok": True, "recorded": recorded}
+    reason = str(checked.get("reason"))
+    decision = yield from park(context, run, reason)
+    if decision.get("action") != "retry" or run.parks >= MAX_PARKS:
+        return {"ok": False, "decision": decision, "reason": reason}
+    current = checked.get("current") or recorded
+    allowed = {"allowed_by": decision.get("requestId"), "previous": recorded}
+    yield context.call_entity(
+        run.entity,
+        "commit",
+        {
+            "documents": [environment_document(submission_id, current, **allowed)],
+            "tasks": [turn_patch(run.turn_id, status=TaskStatus.RUNNING, phase="run")],
+        },
+    )
+    return {"ok": True, "recorded": current}
 
 
 def run_round(context: df.DurableOrchestrationContext, run: Run) -> Gen:

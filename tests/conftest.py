@@ -1,4 +1,8 @@
-"""Shared fixtures: a real host process per test, parametrised over the stores under test."""
+"""Shared fixtures: a real host process per test, parametrised over the stores under test.
+
+The suite's hooks that keep every file a test writes under pytest's temp dirs come from
+``tests/temp_check.py``.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,11 @@ from pathlib import Path
 import pytest
 
 from tests.harness import APPS, HostProcess, store_spec_for, store_specs
+from tests.temp_check import (  # noqa: F401 - hooks, found by name
+    pytest_configure,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+)
 
 
 @pytest.fixture(params=store_specs())
@@ -125,7 +134,17 @@ def make_host(tmp_path: Path, store_kind: str, request: pytest.FixtureRequest) -
         elif store_kind == "postgres":
             hub_env = hubs.setdefault(name, postgres_env(request, name))
             env = {**hub_env, **env}
-        host = HostProcess(APPS / app, store_spec_for(store_kind, tmp_path, name), env=env)
+        host = HostProcess(
+            APPS / app,
+            store_spec_for(store_kind, tmp_path, name),
+            env=env,
+            # A SQLite host logs beside its database; the shared stores' in the test's dir too.
+            log_path=(
+                tmp_path / f"{name}-{len(hosts)}.log"
+                if store_kind in ("azure", "postgres")
+                else None
+            ),
+        )
         hosts.append(host)
         return host
 

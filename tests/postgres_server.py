@@ -3,8 +3,9 @@
 ``PostgresServer.start()`` runs Debian's ``initdb`` into a fresh temporary directory (a
 password-authenticated superuser, TCP on a free loopback port, its unix socket in that
 directory) and ``pg_ctl start``; ``stop()`` stops it and removes the directory. PostgreSQL
-refuses to run as root: under root the server runs as the ``postgres`` system user, and
-the directory is made and owned for it.
+refuses to run as root: under root the server runs as the ``postgres`` system user, the
+directory is made and owned for it, and the folders above it (the test run's own temporary
+folder, 0700) get search permission for other users.
 
 Faults for the tests: ``restart(immediate=True)`` (``pg_ctl restart -m immediate``: a crash
 and recovery) and ``terminate_backends()`` (``pg_terminate_backend`` of every other session).
@@ -47,6 +48,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _traversable(folder: Path) -> None:
+    """Let other users pass through ``folder`` and its parents (search permission only,
+    no listing): the temporary folders of a test run as root are 0700, and the server runs
+    as ``postgres`` in a directory below them."""
+    for part in (folder, *folder.parents):
+        mode = part.stat().st_mode
+        if not mode & 0o001:
+            part.chmod(mode | 0o001)
+
+
 class PostgresServer:
     def __init__(self, bindir: Path) -> None:
         self.bindir = bindir
@@ -61,6 +72,7 @@ class PostgresServer:
             account = pwd.getpwnam("postgres")
             os.chown(self.root, account.pw_uid, account.pw_gid)
             self._as = ["runuser", "-u", "postgres", "--"]
+            _traversable(self.root.parent)
         os.chmod(self.root, 0o700)
 
     @property

@@ -40,7 +40,7 @@ def test_bad_settings_are_named_in_the_error():
         container_name(
             "AGENT_LEDGER_CONTAINER", "agent-ledger", {"AGENT_LEDGER_CONTAINER": "Bad_Name"}
         )
-    with pytest.raises(StateStoreConfigError, match="identity-based"):
+    with pytest.raises(StateStoreConfigError, match="AzureWebJobsStorage__accountName"):
         storage_connection({"AzureWebJobsStorage__accountName": "a"})
     with pytest.raises(StateStoreConfigError, match="needs the AzureWebJobsStorage"):
         storage_connection({"AGENT_STATE_STORE": "blob"})

@@ -27,6 +27,9 @@ def test_demo_completes_sends_each_notice_once_and_runs_a_registered_skill(tmp_p
     # The answer was streamed: the change stream showed it growing as a preview first.
     streamed = [line for line in result.stdout.splitlines() if " streaming " in line]
     assert streamed and streamed[0].split("streaming", 1)[1].strip().startswith("(17")
+    # The workspace: a report file, and run_python computing over it into a file of its own.
+    assert "Python printed: numbers in the report: [5, 5] total 10" in result.stdout
+    assert "stats.txt: confirmation rate: 100%" in result.stdout
     assert "skill onboard-customer v1 registered" in result.stdout
     assert "skill run completed on v1" in result.stdout
     assert "welcome ACME: 3 seats, fee 36" in result.stdout

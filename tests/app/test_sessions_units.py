@@ -16,6 +16,7 @@ import pytest
 
 from api import approval_links, inputs, loops, operator, pages, purge, sessions
 from api import skills as skill_routes
+from api import workspace as workspace_routes
 from entities.session import handle
 from kernel import content
 from kernel import session as core
@@ -274,7 +275,8 @@ def test_the_finishing_commit_is_accepted_by_the_session() -> None:
 def served_routes() -> set[tuple[str, str]]:
     app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
     for blueprint in (
-        sessions.bp, pages.bp, operator.bp, approval_links.bp, loops.bp, skill_routes.bp
+        sessions.bp, pages.bp, operator.bp, approval_links.bp, loops.bp, skill_routes.bp,
+        workspace_routes.bp,
     ):  # fmt: skip
         app.register_functions(blueprint)
     routes = set()
@@ -284,7 +286,7 @@ def served_routes() -> set[tuple[str, str]]:
             routes.add(
                 (
                     str(method.value if hasattr(method, "value") else method).lower(),
-                    "/" + trigger.route,
+                    "/" + trigger.route.replace("{*", "{"),  # a catch-all is a path parameter
                 )
             )
     return routes

@@ -47,6 +47,9 @@ def test_the_doctor_finds_no_failure(tmp_path: Path, plan: str) -> None:
     report, summary = tmp_path / "report.json", tmp_path / "summary.json"
     app = deployed_copy(tmp_path / "app")
     assert (app / "function_app.py").is_file() and not (app / "tests").exists()
+    # The schedule parser the app shares with the host ships with the app; the host does not.
+    assert (app / "functions_schedules" / "__init__.py").is_file()
+    assert not (app / "durable_host").exists()
     subprocess.run(
         [doctor, "doctor", "--path", str(app), "--profile", "full", "--hosting-plan", plan,
          "--format", "json", "--output", str(report), "--summary-json", str(summary)],

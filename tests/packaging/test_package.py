@@ -1,5 +1,7 @@
-"""The host as an installable package: a wheel holding ``durable_host`` alone (its dashboard
-files included) with the ``durable-host`` command and the pytest plugin's entry point.
+"""The host as an installable package: a wheel holding ``durable_host`` (its dashboard files
+included) and the two packages it shares with apps (``functions_schedules``,
+``functions_connections``), nothing of the app, with the ``durable-host`` command and the
+pytest plugin's entry point.
 
 The full install - a clean virtual environment, the wheel and its dependencies from the
 package index, ``durable-host`` serving an app from another directory, and the plugin's
@@ -23,7 +25,14 @@ import pytest
 
 from tests.harness import ROOT
 
-PACKAGED = ("pyproject.toml", "requirements-host.txt", "docs/host.md", "durable_host")
+PACKAGED = (
+    "pyproject.toml",
+    "requirements-host.txt",
+    "docs/host.md",
+    "durable_host",
+    "functions_schedules",
+    "functions_connections",
+)
 
 
 def build_wheel(tmp_path: Path) -> Path:
@@ -69,8 +78,11 @@ def test_the_wheel_holds_the_host_alone_with_its_command_and_plugin(tmp_path: Pa
         entry_points = archive.read(info.replace("METADATA", "entry_points.txt")).decode()
 
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
-    assert tops == {"durable_host"}
+    # The host and the two packages it shares with apps; nothing of this repository's app.
+    assert tops == {"durable_host", "functions_schedules", "functions_connections"}
     assert {
+        "functions_connections/__init__.py",
+        "functions_connections/settings.py",
         "durable_host/cli.py",
         "durable_host/pytest_plugin.py",
         "durable_host/testing.py",
@@ -78,6 +90,7 @@ def test_the_wheel_holds_the_host_alone_with_its_command_and_plugin(tmp_path: Pa
         "durable_host/dashboard/static/index.html",
         "durable_host/dashboard/static/dashboard.js",
         "durable_host/dashboard/static/dashboard.css",
+        "functions_schedules/__init__.py",
     } <= set(names)
     assert "durable-host = durable_host.cli:main" in entry_points
     assert "[pytest11]" in entry_points and "durable_host.pytest_plugin" in entry_points

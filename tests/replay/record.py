@@ -1,6 +1,7 @@
 """Record the golden histories of the turn's orchestrators from real runs on the durable host.
 
     python -m tests.replay.record     # rewrites tests/replay/histories/<defaultVersion>/*.json
+    python -m tests.replay.record workspace   # only the workspace's histories
 
 The corpus is per app version: instances are recorded at the version the app's host.json
 deploys (``defaultVersion``), into ``histories/<that version>/``; the corpora of older
@@ -300,6 +301,38 @@ def json_request(url: str, body: Any) -> Any:
         return json.load(response)
 
 
+def workspace_turn(host: HostProcess, model: ModelServer) -> dict[str, str]:
+    """The workspace tools, an upload's commit, and a run that records its environment and
+    checks it before each round after the first (docs/workspace.md)."""
+    sub = submit(
+        host,
+        "golden-workspace",
+        "write file report.md: golden and then run python: print(open('report.md').read())",
+    )
+    wait_final(host, "golden-workspace", sub)
+    uploaded = host.request(
+        "PUT",
+        "/api/sessions/golden-workspace/workspace/files/input.txt",
+        raw=b"input",
+        headers={"Content-Type": "application/octet-stream"},
+    ).json()
+    return {
+        "agent_run.environment": run_id("golden-workspace", sub),
+        "tool_task.write_file": ids.tool_task_id(sub, 1, 0),
+        "tool_task.run_python": ids.tool_task_id(sub, 2, 0),
+        "workspace_commit.upload": uploaded["task"].removeprefix("upload:"),
+    }
+
+
+def record_workspace(model: ModelServer, out: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {
+            "AGENT_WORKSPACE_DIR": str(Path(tmp) / "workspaces"),
+            "AGENT_WORKSPACE_STORE_DIR": str(Path(tmp) / "workspace-store"),
+        }
+        run([workspace_turn], model, env, Path(tmp), out)
+
+
 def record_skills(model: ModelServer, out: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         run([skill], model, {"AGENT_SKILLS_DIR": str(Path(tmp) / "skills")}, Path(tmp), out)
@@ -310,6 +343,12 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(f"recording the corpus of version {app_version() or '(none)'} into {out.name}/")
     model = ModelServer().start()
+    if sys.argv[1:] == ["workspace"]:  # only the workspace's histories, the rest as they are
+        try:
+            record_workspace(model, out)
+        finally:
+            model.stop()
+        return 0
     try:
         with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as second:
             run(OFFLINE, model, {}, Path(first), out)
@@ -328,6 +367,7 @@ def main() -> int:
         record_notices(model, out)
         record_background(model, out)
         record_skills(model, out)
+        record_workspace(model, out)
     finally:
         model.stop()
     return 0

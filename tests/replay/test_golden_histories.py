@@ -24,7 +24,15 @@ import pytest
 from durable_host import orchestration, wire
 from durable_host import shim as shim_mod
 from durable_host.history import EventType
-from orchestrators import agent_round, agent_run, agent_turn, notices, skill_run, tool_task
+from orchestrators import (
+    agent_round,
+    agent_run,
+    agent_turn,
+    notices,
+    skill_run,
+    tool_task,
+    workspace_commit,
+)
 from tests.replay.record import app_version, corpus_dir
 
 HISTORY_DIR = Path(__file__).resolve().parent / "histories"
@@ -38,6 +46,7 @@ HANDLES: dict[str, Callable[[str], str]] = {
     "send_notices": notices.send_notices._function._func,
     "send_notice": notices.send_notice._function._func,
     "skill_run": skill_run.skill_run._function._func,
+    "workspace_commit": workspace_commit.workspace_commit._function._func,
 }
 RERECORD = (
     "If no instance of this version can still be running when the change ships, re-record"

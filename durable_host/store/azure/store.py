@@ -55,6 +55,7 @@ from durable_host.store.azure.schedules import HubSchedules
 from durable_host.store.azure.secrets import HubSecrets
 from durable_host.store.azure.tables import HubTables
 from durable_host.store.azure.work import WorkItems
+from functions_connections import ConnectionSettingError, StorageConnection
 
 log = logging.getLogger("durable_host.store.azure")
 # The SDK logs every request and response at INFO; the host's own log would drown in them.
@@ -71,7 +72,7 @@ class AzureStore:
 
     def __init__(
         self,
-        connection: str,
+        connection: str | StorageConnection,  # a connection string or identity-based
         hub: str,
         *,
         azurite_location: Path | None = None,
@@ -118,20 +119,20 @@ class AzureStore:
     # --- lifecycle ----------------------------------------------------------------------
 
     async def open(self) -> None:
-        if self.azurite_location is not None:
+        if self.azurite_location is not None and isinstance(self.connection, str):
             try:
                 self._azurite = await asyncio.to_thread(
                     azurite.ensure, self.connection, self.azurite_location
                 )
             except azurite.AzuriteError as exc:
                 raise StoreUnavailableError(str(exc)) from exc
-        connection = azurite.resolve_setting(self.connection)
+        connection = self.connection
+        if isinstance(connection, str):
+            connection = azurite.resolve_setting(connection)
         try:
             self.tables.connect(connection, self.table_name, self.container_name)
-        except ValueError as exc:
-            raise StoreUnavailableError(
-                f"AzureWebJobsStorage is not a valid connection string: {exc}"
-            ) from exc
+        except ConnectionSettingError as exc:
+            raise StoreUnavailableError(str(exc)) from exc
         if self.read_only:
             return
         await self.tables.create()

@@ -35,8 +35,6 @@ from azure.core.exceptions import (
     ResourceNotFoundError,
 )
 from azure.data.tables import UpdateMode
-from azure.data.tables.aio import TableServiceClient
-from azure.storage.blob.aio import BlobServiceClient
 
 from durable_host.store.azure.codec import (
     ATTEMPTS_ROW,
@@ -56,6 +54,7 @@ from durable_host.store.azure.errors import (
 )
 from durable_host.store.azure.faults import LostResponses
 from durable_host.store.azure.lease import HubLease
+from functions_connections import StorageConnection, blob_service, table_service
 
 T = TypeVar("T")
 log = logging.getLogger("durable_host.store.azure")
@@ -88,16 +87,18 @@ class HubTables:
 
     # --- lifecycle ----------------------------------------------------------------------
 
-    def connect(self, connection: str, table_name: str, container_name: str) -> None:
-        """Build the clients (no request yet); ``ValueError`` for a bad connection string."""
+    def connect(
+        self, connection: str | StorageConnection, table_name: str, container_name: str
+    ) -> None:
+        """Build the clients (no request yet); ``ConnectionSettingError`` for a bad setting."""
         options: dict[str, Any] = {
             "retry_total": 0,
             "connection_timeout": 10,
             "read_timeout": 30,
             "raw_request_hook": self._count_round_trip,
         }
-        self._tables = TableServiceClient.from_connection_string(connection, **options)
-        self._blobs = BlobServiceClient.from_connection_string(connection, **options)
+        self._tables = table_service(connection, aio=True, **options)
+        self._blobs = blob_service(connection, aio=True, **options)
         self.table_name = table_name
         self.table = self._tables.get_table_client(table_name)
         self.index_name = table_name + "Index"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from adapters.model_provider import (
+    ModelSettingError,
     ProviderConfig,
-    _client,
     failure_from_status,
+    openai_client,
     response_from_openai,
     retry_after,
 )
@@ -80,7 +81,41 @@ def test_no_base_url_means_no_provider_and_azure_sends_its_version_and_key():
         }
     )
 
-    client = _client(config, 5)
+    client = openai_client(config, 5)
 
     assert client.default_query["api-version"] == "2024-10-21"
     assert client.default_headers["api-key"] == "k"
+
+
+def test_entra_sends_no_key_and_takes_the_storage_connections_identity():
+    config = ProviderConfig.from_settings(
+        {
+            "AGENT_MODEL_BASE_URL": "https://r.openai.azure.com/openai/deployments/d",
+            "AGENT_MODEL_API_VERSION": "2024-10-21",
+            "AGENT_MODEL_AUTH": "Entra",
+            "azurewebjobsstorage__credential": "managedidentity",
+            "AzureWebJobsStorage__clientId": "cid",
+        }
+    )
+    assert config is not None
+
+    client = openai_client(config, 5)
+
+    assert config.auth == "entra" and config.managed_identity and config.client_id == "cid"
+    assert config.token_scope == "https://cognitiveservices.azure.com/.default"
+    assert "api-key" not in client.default_headers
+    assert client.default_query["api-version"] == "2024-10-21"
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"AGENT_MODEL_AUTH": "apikey"}, "AGENT_MODEL_AUTH must be"),
+        ({"AGENT_MODEL_AUTH": "entra", "AGENT_MODEL_API_KEY": "k"}, "remove AGENT_MODEL_API_KEY"),
+    ],
+)
+def test_bad_model_auth_settings_are_named(settings, named):
+    with pytest.raises(ModelSettingError, match=named) as caught:
+        ProviderConfig.from_settings({"AGENT_MODEL_BASE_URL": "https://m.example", **settings})
+
+    assert "'k'" not in str(caught.value)

@@ -24,6 +24,12 @@ def test_the_catalogue_declares_each_tools_policy_and_approval() -> None:
         "append_ledger": ("unsafe", False),
         "send_notices": ("unsafe", False),
         "register_skill": ("safe", True),
+        "list_files": ("safe", False),
+        "read_file": ("safe", False),
+        "write_file": ("safe", False),
+        "edit_file": ("safe", False),
+        "delete_file": ("safe", False),
+        "run_python": ("safe", False),
     }
 
 

@@ -1,0 +1,91 @@
+"""The host's workloads on two checkouts, interleaved: a before/after check of a change.
+
+``bench/run.py`` measures one checkout against DBOS; a change that should not alter speed
+(a refactor) is better judged by running the same workloads on the checkout before it and
+the one after it, alternately, on the same machine at the same time. This runs
+``run.host_round`` (chain, fan-out, M x 5, external event, timer, entity calls; full sizes,
+after a warm-up round) on a fresh host on SQLite (default configuration), in a new process
+per repetition, in the order A B B A A B ... so that a drift of the machine's load over the
+run weighs on both sides alike. Each checkout runs its own ``bench/`` and ``durable_host/``.
+
+Usage: ``python bench/compare_trees.py BEFORE_DIR AFTER_DIR [--reps 3] [--out FILE]``
+(``git worktree add`` or ``git archive`` gives a checkout of the commit before). Prints
+medians per side and the ratios after / before; writes every run to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+# One repetition in the checkout it is run in (its working directory): one JSON line.
+ONE_ROUND = """
+import json, shutil, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, str(Path.cwd()))
+from bench import run
+from durable_host.testing import HostProcess
+tmp = Path(tempfile.mkdtemp(prefix="compare-trees-"))
+host = HostProcess(run.ROOT / "bench" / "app", f"sqlite:{tmp / 'hub'}.db", env={})
+try:
+    host.start()
+    run.host_round(host, run.QUICK)
+    out = run.host_round(host, run.FULL)
+finally:
+    host.kill()
+    shutil.rmtree(tmp, ignore_errors=True)
+print(json.dumps(out))
+"""
+
+
+def one_round(tree: Path, timeout: float) -> dict[str, float]:
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_ROUND],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+    )
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def order(reps: int) -> list[str]:
+    """A B B A A B ...: each pair swaps, so neither side always runs first."""
+    pairs = [("before", "after") if n % 2 == 0 else ("after", "before") for n in range(reps)]
+    return [side for pair in pairs for side in pair]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("before", type=Path)
+    parser.add_argument("after", type=Path)
+    parser.add_argument("--reps", type=int, default=3, help="repetitions per side")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per repetition")
+    parser.add_argument("--out", type=Path, default=Path("compare-trees.json"))
+    args = parser.parse_args()
+    trees = {"before": args.before.resolve(), "after": args.after.resolve()}
+    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    for side in order(args.reps):
+        print(f"{side} ({len(runs[side]) + 1}/{args.reps}) ...", flush=True)
+        runs[side].append(one_round(trees[side], args.timeout))
+        args.out.write_text(json.dumps(runs, indent=2))  # a run cut short keeps its rounds
+    medians: dict[str, dict[str, float]] = {
+        side: {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+        for side, rounds in runs.items()
+    }
+    print(f"\n{'workload':<22}{'before':>12}{'after':>12}{'after/before':>14}")
+    for key in medians["before"]:
+        before, after = medians["before"][key], medians["after"][key]
+        ratio: Any = f"{after / before:.2f}" if before else "-"
+        print(f"{key:<22}{before:>12.2f}{after:>12.2f}{ratio:>14}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
