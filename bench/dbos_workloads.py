@@ -6,7 +6,8 @@ are the ones ``bench/app`` runs on the durable host, written the way DBOS docume
 a no-op step, a workflow calling it N times in sequence, a fan-out through a queue with
 DBOS's default settings (each enqueued call a child workflow, awaited by its handle), and many workflows started at once.
 
-``--journal wal`` turns the database into write-ahead-log mode before DBOS opens it (the
+``--db postgresql://...`` runs DBOS on PostgreSQL instead (its own backend; DBOS creates
+the database). ``--journal wal`` turns the database into write-ahead-log mode before DBOS opens it (the
 mode is stored in the file); ``delete`` leaves SQLite's default rollback journal.
 
 Usage: ``python bench/dbos_workloads.py --db PATH --journal wal|delete --chain 200
@@ -51,9 +52,13 @@ def main() -> None:
     parser.add_argument("--fan-out", type=int, default=1000)
     parser.add_argument("--many", default="500x5")
     args = parser.parse_args()
-    with sqlite3.connect(args.db) as db:
-        db.execute(f"PRAGMA journal_mode={args.journal}")
-    config: DBOSConfig = {"name": "bench", "system_database_url": f"sqlite:///{args.db}"}
+    if args.db.startswith("postgresql://"):
+        url = args.db  # DBOS's own PostgreSQL backend: it creates the database
+    else:
+        with sqlite3.connect(args.db) as db:
+            db.execute(f"PRAGMA journal_mode={args.journal}")
+        url = f"sqlite:///{args.db}"
+    config: DBOSConfig = {"name": "bench", "system_database_url": url}
     DBOS(config=config)
     DBOS.launch()
     DBOS.register_queue("fan_out")  # DBOS's defaults

@@ -28,7 +28,9 @@ rotated by one per repetition (Azure Storage, the slowest, runs in the first ``-
 repetitions only, default 1). Reported: median and p99 (the worst, with few repetitions)
 of the repetitions, and ours / DBOS ratios of the medians. Results go to a JSON file.
 
-Usage: ``python bench/run.py [--quick] [--reps 3] [--out bench-results.json]``
+Usage: ``python bench/run.py [--quick] [--reps 3] [--out bench-results.json]``;
+``--store postgres``: the host on PostgreSQL against DBOS on the same PostgreSQL server
+instead (``bench/postgres_bench.py``).
 """
 
 from __future__ import annotations
@@ -287,9 +289,22 @@ def main() -> int:
     parser.add_argument("--no-azure", action="store_true", help="skip the Azure Storage runs")
     parser.add_argument("--azure-reps", type=int, default=1, help="repetitions on Azure Storage")
     parser.add_argument("--out", default="bench-results.json")
+    parser.add_argument(
+        "--store",
+        choices=("all", "postgres"),
+        default="all",
+        help="postgres: only the host on PostgreSQL against DBOS on the same server",
+    )
     args = parser.parse_args()
     size = QUICK if args.quick else FULL
     reps = args.reps or (1 if args.quick else 3)
+    if args.store == "postgres":
+        from bench import postgres_bench
+
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        tmp = Path(tempfile.mkdtemp(prefix="bench-run-"))
+        postgres_bench.run(bench_python(), tmp, size, reps, Path(args.out), ROOT, host_round)
+        return 0
     began = time.monotonic()
     # SIGTERM unwinds like Ctrl-C, so the hosts and Azurite started here are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -60,7 +60,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     start.add_argument(
         "--store",
         default=None,
-        help="sqlite (default: <app>/.durable/<hub>.db), sqlite:PATH, or azure (AzureWebJobsStorage)",
+        help="sqlite (default: <app>/.durable/<hub>.db), sqlite:PATH, azure (AzureWebJobsStorage),"
+        " postgres (DURABLE_HOST_POSTGRES) or postgres:URL",
     )
     start.add_argument(
         "--grace", default=10.0, type=float, help="seconds for running activities at shutdown"

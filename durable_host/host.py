@@ -41,6 +41,7 @@ from durable_host.http import auth, cors, listener, server
 from durable_host.http.key_routes import KeyRoutes
 from durable_host.http.limits import Limits
 from durable_host.keys import KeyConfigError, Keys
+from durable_host.store import postgres_store
 from durable_host.store.base import Store, StoreError
 from durable_host.store.sqlite import SqliteStore
 
@@ -78,7 +79,14 @@ def open_store(
         return SqliteStore(Path(spec.removeprefix("sqlite:")), read_only, on_lost=lost)
     if spec == "azure":
         return _azure_store(cfg, lost, read_only)
-    raise StoreSpecError(f"unknown store {spec!r}: use sqlite, sqlite:PATH or azure")
+    if spec == "postgres" or spec.startswith("postgres:"):
+        try:
+            return postgres_store(spec, cfg.hub_name, lost, read_only)
+        except ValueError as exc:  # the setting is missing or malformed (never quoted whole)
+            raise StoreSpecError(str(exc)) from None
+    raise StoreSpecError(
+        f"unknown store {spec!r}: use sqlite, sqlite:PATH, azure, postgres or postgres:URL"
+    )
 
 
 def _azure_store(

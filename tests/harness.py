@@ -35,7 +35,8 @@ METRICS = "/admin/host/metrics"
 
 
 def store_specs() -> list[str]:
-    """Stores the end-to-end suites run against: ``DURABLE_TEST_STORES`` (default sqlite)."""
+    """Stores the end-to-end suites run against: ``DURABLE_TEST_STORES`` (default sqlite;
+    any of sqlite, azure, postgres, comma-separated)."""
     return [
         s.strip() for s in os.environ.get("DURABLE_TEST_STORES", "sqlite").split(",") if s.strip()
     ]

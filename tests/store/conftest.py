@@ -1,7 +1,8 @@
 """Store-level fixtures: run an async test body against a freshly opened store of each kind.
 
 ``run_store(body)`` opens a store (SQLite in the test's tmp dir, or Azure Storage on the
-session's Azurite with a hub of its own), awaits ``body(store)`` inside one
+session's Azurite with a hub of its own, or PostgreSQL on the session's private server with
+a hub schema of its own), awaits ``body(store)`` inside one
 ``asyncio.run`` (the SDK's clients belong to one event loop) and closes the store.
 """
 
@@ -21,15 +22,36 @@ from tests.harness import store_specs
 Body = Callable[[Any], Awaitable[Any]]
 
 
-def open_kind(kind: str, tmp_path: Path, request: pytest.FixtureRequest, hub: str) -> Any:
+def open_kind(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, hub: str, read_only: bool = False
+) -> Any:
     if kind == "sqlite":
-        return SqliteStore(tmp_path / f"{hub}.db")
+        return SqliteStore(tmp_path / f"{hub}.db", read_only=read_only)
+    if kind == "postgres":
+        from durable_host.store.postgres import PostgresStore, from_spec
+
+        url = request.getfixturevalue("postgres_url")
+        return PostgresStore(from_spec(f"postgres:{url}", hub, env={}), read_only=read_only)
     from durable_host.store.azure import AzureStore
 
-    return AzureStore(request.getfixturevalue("azurite_connection"), hub)
+    return AzureStore(request.getfixturevalue("azurite_connection"), hub, read_only=read_only)
 
 
-@pytest.fixture(params=["sqlite", "azure"])
+def fail_postgres_commit(patch: pytest.MonkeyPatch) -> None:
+    """Make the next PostgreSQL commit fail inside its transaction, after history, status and
+    the outbox were written."""
+    from durable_host.store.postgres import sql
+
+    original = sql.write_outbox
+
+    async def write_then_fail(db: Any, conn: Any, episode: Any) -> Any:
+        await original(db, conn, episode)
+        raise RuntimeError("injected failure before the commit")
+
+    patch.setattr(sql, "write_outbox", write_then_fail)
+
+
+@pytest.fixture(params=["sqlite", "azure", "postgres"])
 def kind(request: pytest.FixtureRequest) -> str:
     if request.param == "azure" and "azure" not in store_specs():
         pytest.skip("DURABLE_TEST_STORES does not include azure")

@@ -99,6 +99,11 @@ def fail_at_commit(kind: str, store: Any, monkeypatch: pytest.MonkeyPatch) -> No
 
         monkeypatch.setattr(sqlite, "write_outbox", write_then_fail)
         return
+    if kind == "postgres":
+        from tests.store.conftest import fail_postgres_commit
+
+        fail_postgres_commit(monkeypatch)
+        return
 
     async def refuse(commit: Any, ops: Any) -> None:
         raise RuntimeError("injected failure at the commit point, after staging")

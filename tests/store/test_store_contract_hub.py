@@ -177,13 +177,7 @@ def test_a_store_opened_read_only_beside_the_owner_shares_its_secrets(
     hub = "S" + uuid.uuid4().hex[:12]
 
     def read_only() -> Any:
-        if kind == "sqlite":
-            from durable_host.store.sqlite import SqliteStore
-
-            return SqliteStore(tmp_path / f"{hub}.db", read_only=True)
-        from durable_host.store.azure import AzureStore
-
-        return AzureStore(request.getfixturevalue("azurite_connection"), hub, read_only=True)
+        return open_kind(kind, tmp_path, request, hub, read_only=True)
 
     async def main() -> None:
         tool = read_only()

@@ -1,0 +1,255 @@
+"""The store's one IO shell: a psycopg connection pool, and transactions that retry a lost
+connection, are fenced by the hub lease's epoch, and leave as the port's errors.
+
+``Database.write(operation, body)`` runs ``body(conn)`` in one transaction that first takes
+a share lock on the lease row with the epoch this host holds (``FOR KEY SHARE``: renewals
+do not wait for it, a takeover does) and reads the transaction id. No row: another host
+took the hub over, and the write raises ``StoreLostError``. A connection lost before the
+COMMIT was sent retries on a new connection with back-off, for at most
+``retry_seconds``; one lost while the COMMIT was in flight asks the server what became of
+that transaction (``pg_xact_status``) and retries only if it did not commit, so a write
+applies once. What still fails is a ``StoreFailedError`` (a ``StoreError``: the engine
+retries the work later and never counts it towards poison). Every message that leaves
+passes through ``settings.redact``: the password is never in it.
+
+``round_trips`` counts the statements and COMMITs sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import AsyncConnection, sql
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from durable_host import faults
+from durable_host.store.base import StoreError, StoreLostError
+from durable_host.store.postgres.settings import PostgresSettings, redact
+
+T = TypeVar("T")
+Conn = AsyncConnection[tuple[Any, ...]]
+log = logging.getLogger("durable_host.store.postgres")
+BACKOFF_FIRST, BACKOFF_MAX = 0.05, 2.0
+
+
+class StoreFailedError(StoreError):
+    """The database failed or could not be reached; the operation may be retried."""
+
+
+class WorkGone(Exception):
+    """A step's work item was already completed: its transaction applies nothing."""
+
+
+class Database:
+    """A pool of connections to one hub's schema (module docstring)."""
+
+    def __init__(self, settings: PostgresSettings) -> None:
+        self.settings = settings
+        self.round_trips = 0
+        self.epoch: int | None = None  # the lease's, once held: every write is fenced by it
+        self.lost: StoreLostError | None = None
+        self.on_lost: Callable[[str], None] | None = None
+        self.pool: AsyncConnectionPool[Conn] | None = None
+
+    async def connect(self) -> Conn:
+        """A connection of its own (migrations, LISTEN), set up as the pool's are."""
+        try:
+            conn = await AsyncConnection.connect(self.settings.conninfo, autocommit=True)
+        except psycopg.Error as exc:
+            raise self.failed("could not connect", exc) from None
+        await self._configure(conn)
+        return conn
+
+    async def _configure(self, conn: Conn) -> None:
+        schema = sql.Identifier(self.settings.schema)
+        await conn.execute(sql.SQL("SET search_path TO {}").format(schema))
+        await conn.execute(
+            sql.SQL("SET statement_timeout = {}").format(
+                sql.Literal(self.settings.statement_timeout_ms)
+            )
+        )
+
+    async def open_pool(self) -> None:
+        self.pool = AsyncConnectionPool(
+            self.settings.conninfo,
+            min_size=1,
+            max_size=self.settings.pool_size,
+            kwargs={"autocommit": True},
+            configure=self._configure,
+            open=False,
+            timeout=self.settings.retry_seconds or 5.0,
+            name=f"durable-host-{self.settings.hub}",
+        )
+        try:
+            await self.pool.open(wait=True, timeout=max(self.settings.retry_seconds, 5.0))
+        except PoolTimeout as exc:
+            await self.pool.close()
+            raise self.failed("could not connect", exc) from None
+
+    async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()
+            self.pool = None
+
+    def failed(self, what: str, exc: BaseException) -> StoreFailedError:
+        text = redact(f"{what}: {exc}".strip(), self.settings.conninfo)
+        return StoreFailedError(f"{self.settings.describe()}: {text}")
+
+    def lose(self, reason: str) -> StoreLostError:
+        if self.lost is None:
+            self.lost = StoreLostError(reason)
+            log.critical("%s", reason)
+            if self.on_lost is not None:
+                self.on_lost(reason)
+        return self.lost
+
+    async def execute(self, conn: Conn, query: Any, args: Any = None) -> psycopg.AsyncCursor[Any]:
+        self.round_trips += 1
+        return await conn.execute(query, args)
+
+    async def read(self, body: Callable[[Conn], Awaitable[T]]) -> T:
+        """``body`` on a pooled connection outside any transaction (reads of one statement)."""
+        return await self._retrying("a read", lambda conn: body(conn), transaction=False)
+
+    async def write(
+        self,
+        operation: str,
+        body: Callable[[Conn], Awaitable[T]],
+        *,
+        fenced: bool = True,
+        fault: bool = True,
+    ) -> T:
+        """``body`` in one transaction, fenced by the lease epoch unless ``fenced`` is False
+        (host secrets: a tool beside the host holds no lease); ``fault``: the SIGKILL point
+        ``store.before_commit`` of crash tests fires before its COMMIT."""
+        return await self._retrying(operation, body, transaction=True, fenced=fenced, fault=fault)
+
+    async def _retrying(
+        self,
+        operation: str,
+        body: Callable[[Conn], Awaitable[T]],
+        *,
+        transaction: bool,
+        fenced: bool = False,
+        fault: bool = False,
+    ) -> T:
+        if self.lost is not None:
+            raise self.lost
+        assert self.pool is not None, "store is not open"
+        deadline = time.monotonic() + self.settings.retry_seconds
+        delay = BACKOFF_FIRST
+        while True:
+            try:
+                if transaction:
+                    return await self._transaction(operation, body, fenced, fault)
+                async with self.pool.connection() as conn:
+                    return await body(conn)
+            except _Retry as retry:
+                error: BaseException = retry.error
+            except (psycopg.OperationalError, PoolTimeout) as exc:
+                error = exc
+            except psycopg.errors.QueryCanceled as exc:  # statement_timeout: not retried here
+                raise self.failed(f"{operation} timed out", exc) from None
+            except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as exc:
+                error = exc
+            except psycopg.DatabaseError as exc:  # e.g. a full disk: the store's, not the work's
+                if isinstance(exc, psycopg.ProgrammingError | psycopg.DataError):
+                    raise
+                raise self.failed(f"{operation} failed", exc) from None
+            if time.monotonic() + delay > deadline:
+                raise self.failed(f"{operation} failed", error) from None
+            log.info(
+                "%s: %s; retrying in %.2fs",
+                operation,
+                redact(str(error).strip(), self.settings.conninfo),
+                delay,
+            )
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, BACKOFF_MAX)
+
+    async def _transaction(
+        self, operation: str, body: Callable[[Conn], Awaitable[T]], fenced: bool, fault: bool
+    ) -> T:
+        assert self.pool is not None
+        xid: int | None = None
+        async with self.pool.connection() as conn:
+            committing = False
+            try:
+                # Pipeline mode: the statements go out without waiting for each answer; a
+                # result read (a RETURNING, the fence) waits for those before it; a rowcount is
+                # not known before that, so the statements that need one use RETURNING.
+                async with conn.pipeline(), conn.transaction():
+                    fence = await self._fence(conn) if fenced else None
+                    result = await body(conn)
+                    if fence is not None:
+                        xid = await self._fenced(fence)
+                    if fault:
+                        faults.hit("store.before_commit")
+                    committing = True
+                    self.round_trips += 1
+                return result
+            except psycopg.OperationalError as exc:
+                if not committing or xid is None:
+                    raise
+                error = exc
+        # The COMMIT was sent and its answer lost: ask what became of the transaction.
+        if await self._committed(xid):
+            log.warning("%s reported %r after it had applied; it stands", operation, error)
+            return result
+        raise _Retry(error)
+
+    async def _fence(self, conn: Conn) -> psycopg.AsyncCursor[Any]:
+        """The fence, sent first (it locks the lease row before anything else is written);
+        its answer is read by ``_fenced`` once the body's statements are on their way."""
+        return await self.execute(
+            conn,
+            "SELECT pg_current_xact_id()::text::bigint FROM lease WHERE id = 1 AND epoch = %s"
+            " FOR KEY SHARE",
+            (self.epoch,),
+        )
+
+    async def _fenced(self, fence: psycopg.AsyncCursor[Any]) -> int:
+        """The transaction id, or ``StoreLostError`` when another host holds the hub."""
+        row = await fence.fetchone()
+        if row is None:
+            raise self.lose(
+                f"another host took over task hub {self.settings.hub} on"
+                f" {self.settings.describe()} (this host's epoch {self.epoch})"
+            )
+        return int(row[0])
+
+    async def _committed(self, xid: int) -> bool:
+        """Did transaction ``xid`` commit? Asked on a new connection, with retries."""
+        assert self.pool is not None
+        deadline = time.monotonic() + max(self.settings.retry_seconds, 1.0)
+        delay = BACKOFF_FIRST
+        while True:
+            try:
+                async with self.pool.connection() as conn:
+                    cur = await self.execute(
+                        conn, "SELECT pg_xact_status(%s::text::xid8)", (str(xid),)
+                    )
+                    row = await cur.fetchone()
+                status = row[0] if row else None
+                if status == "in progress":  # the server has not finished it yet
+                    raise psycopg.OperationalError("transaction still in progress")
+                return status == "committed"
+            except (psycopg.OperationalError, PoolTimeout) as exc:
+                if time.monotonic() + delay > deadline:
+                    raise self.failed("could not learn whether a commit applied", exc) from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
+
+
+class _Retry(Exception):
+    """A transaction that certainly did not apply: run it again."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error

@@ -1,0 +1,589 @@
+"""``PostgresStore``: the Store port (``store/base.py``) on one schema of a PostgreSQL database.
+
+Each operation is one transaction (``database.Database.write``): an episode's inbox
+deletions, history, status row, attempts and outgoing messages and activities commit
+together or not at all, fenced by the hub lease's epoch (``lease``). The task hub is a
+schema (``schema``), so several hubs share a database; a single host owns a hub at a time,
+others wait as standbys (``docs/postgres.md``; partitioned ownership can replace the lease
+row without changing the tables).
+
+``poll`` wakes at once on a NOTIFY from another writer (``listen``), and sweeps the hub
+every ``SWEEP_SECONDS`` for work nobody was told about: instances with visible messages
+that this process has not touched for ``STALE_SECONDS`` (a dispatch lost with a commit that
+reported a failure but applied) and activity work items it never handed to its engine,
+found so by two sweeps in a row (a commit's caller hears of its work items a moment after
+the COMMIT made them visible).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from durable_host import faults
+from durable_host import history as h
+from durable_host.records import (
+    ActivityWork,
+    Completion,
+    EntityCommit,
+    Episode,
+    InstanceRecord,
+    Query,
+    QueryPage,
+    RuntimeStatus,
+)
+from durable_host.store import codec
+from durable_host.store.base import InstanceExistsError, StoreError
+from durable_host.store.postgres import sql as q
+from durable_host.store.postgres.database import Conn, Database, WorkGone
+from durable_host.store.postgres.lease import HubLease
+from durable_host.store.postgres.listen import Listener
+from durable_host.store.postgres.schema import SchemaTooNewError, migrate
+from durable_host.store.postgres.settings import PostgresSettings
+
+log = logging.getLogger("durable_host.store.postgres")
+MAX_STEP_COMPLETIONS = 1000  # one statement per completion: no limit worth having below this
+SWEEP_SECONDS = 5.0
+STALE_SECONDS = 30.0
+
+
+class PostgresStore:
+    """Store port on PostgreSQL (module docstring)."""
+
+    max_step_completions: int = MAX_STEP_COMPLETIONS
+
+    def __init__(
+        self,
+        settings: PostgresSettings,
+        *,
+        on_lost: Callable[[str], None] | None = None,
+        read_only: bool = False,
+    ) -> None:
+        """``read_only``: for tools beside a running host: no lease; only secrets written."""
+        self.settings = settings
+        self.read_only = read_only
+        self.db = Database(settings)
+        self.db.on_lost = on_lost
+        self.lease = HubLease(self.db)
+        self.listener = Listener(self.db, self.lease.owner)
+        self._handed: set[int] = set()  # work ids given to this process's engine
+        self._touched: dict[str, float] = {}  # instance id -> when this process last wrote it
+        self._next_sweep = 0.0
+        self._unhanded: set[int] = set()  # work ids the last sweep found nobody had
+
+    @property
+    def round_trips(self) -> int:
+        return self.db.round_trips
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        conn = await self.db.connect()
+        try:
+            found = await migrate(conn, self.settings.schema)
+        except SchemaTooNewError as exc:
+            raise StoreError(f"{self.settings.describe()}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - as the port's error, without the password
+            raise self.db.failed("could not create the task hub's schema", exc) from None
+        finally:
+            await conn.close()
+        if found == 0:
+            log.info(
+                "created task hub schema %s on %s", self.settings.schema, self.settings.describe()
+            )
+        await self.db.open_pool()
+        if self.read_only:
+            return
+        epoch = await self.lease.acquire()
+        log.info(
+            "owner of task hub %s (epoch %d) on %s",
+            self.settings.hub,
+            epoch,
+            self.settings.describe(),
+        )
+
+    async def close(self) -> None:
+        await self.listener.close()
+        if not self.read_only:
+            await self.lease.release()
+        await self.db.close()
+
+    def _touch(self, instance_id: str) -> None:
+        self._touched[instance_id] = time.monotonic()
+
+    # --- instances ----------------------------------------------------------------------
+
+    async def create_instance(
+        self,
+        record: InstanceRecord,
+        start_message: dict[str, Any],
+        overridable: tuple[str, ...],
+        visible_at: str | None = None,
+        *,
+        count_first: bool = False,
+    ) -> int | None:
+        db = self.db
+
+        async def body(conn: Conn) -> int | None:
+            cur = await db.execute(
+                conn,
+                "SELECT status FROM instances WHERE instance_id = %s FOR UPDATE",
+                (record.instance_id,),
+            )
+            row = await cur.fetchone()
+            if row is not None and row[0] not in overridable:
+                raise InstanceExistsError(record.instance_id, row[0])
+            if row is not None:
+                # A restarted id starts clean: old history and undelivered messages go.
+                for table in ("history", "inbox"):
+                    await db.execute(
+                        conn,
+                        f"DELETE FROM {table} WHERE instance_id = %s",
+                        (record.instance_id,),
+                    )
+            await db.execute(
+                conn,
+                f"INSERT INTO instances ({q.COLUMNS})"
+                " VALUES (%s, %s, %s, %s, %s, %s, NULL, NULL, %s, %s, %s, NULL, FALSE)"
+                " ON CONFLICT (instance_id) DO UPDATE SET name = excluded.name,"
+                " status = excluded.status, execution_id = excluded.execution_id,"
+                " version = excluded.version, input = excluded.input, output = NULL,"
+                " custom_status = NULL, created_at = excluded.created_at,"
+                " updated_at = excluded.updated_at,"
+                " parent_instance_id = excluded.parent_instance_id, entity_state = NULL,"
+                " entity_exists = FALSE",
+                (
+                    record.instance_id,
+                    record.name,
+                    record.status,
+                    record.execution_id,
+                    record.version,
+                    record.input_json,
+                    record.created_at,
+                    record.updated_at,
+                    record.parent_instance_id,
+                ),
+            )
+            inbox_id = await self._message(conn, record.instance_id, start_message, visible_at)
+            if not count_first:
+                return None
+            await q.set_attempts(db, conn, record.instance_id, count_next=True)
+            return inbox_id
+
+        created: int | None = await db.write("create_instance", body)
+        self._touch(record.instance_id)
+        return created
+
+    async def _message(
+        self, conn: Conn, instance_id: str, message: dict[str, Any], visible_at: str | None
+    ) -> int:
+        """Append one message and NOTIFY the hub's listeners (delivered at COMMIT), in one
+        statement; the message's inbox id."""
+        cur = await self.db.execute(
+            conn,
+            "INSERT INTO inbox (instance_id, message, visible_at) VALUES (%s, %s, %s)"
+            " RETURNING id, pg_notify(%s, %s)",
+            (
+                instance_id,
+                codec.encode(message),
+                visible_at,
+                self.settings.channel,
+                self.listener.payload(instance_id),
+            ),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return int(row[0])
+
+    async def send(
+        self, instance_id: str, message: dict[str, Any], now: str, status: str | None = None
+    ) -> None:
+        async def body(conn: Conn) -> None:
+            await self._message(conn, instance_id, message, None)
+            if status is not None:
+                await self.db.execute(
+                    conn,
+                    "UPDATE instances SET status = %s, updated_at = %s WHERE instance_id = %s",
+                    (status, now, instance_id),
+                )
+
+        await self.db.write("send", body)
+
+    async def get_instance(self, instance_id: str) -> InstanceRecord | None:
+        async def read(conn: Conn) -> InstanceRecord | None:
+            cur = await self.db.execute(
+                conn,
+                f"SELECT {q.COLUMNS} FROM instances WHERE instance_id = %s",
+                (instance_id,),
+            )
+            row = await cur.fetchone()
+            return q.instance_record(row) if row else None
+
+        return await self.db.read(read)
+
+    async def episode_record(self, instance_id: str) -> InstanceRecord | None:
+        # Other processes may write the hub's rows (the API of a tool, a later owner): read.
+        return await self.get_instance(instance_id)
+
+    async def get_history(self, instance_id: str) -> list[dict[str, Any]]:
+        async def read(conn: Conn) -> list[tuple[int, str]]:
+            cur = await self.db.execute(
+                conn,
+                "SELECT seq, event FROM history WHERE instance_id = %s ORDER BY seq",
+                (instance_id,),
+            )
+            return [(r[0], r[1]) for r in await cur.fetchall()]
+
+        rows = await self.db.read(read)
+        return [codec.decode_event(instance_id, seq, text) for seq, text in rows]
+
+    async def fetch_messages(
+        self, instance_id: str, now: str, limit: int = 1000
+    ) -> list[tuple[int, dict[str, Any]]]:
+        async def read(conn: Conn) -> list[tuple[int, str]]:
+            cur = await self.db.execute(
+                conn,
+                "SELECT id, message FROM inbox WHERE instance_id = %s"
+                " AND (visible_at IS NULL OR visible_at <= %s) ORDER BY id LIMIT %s",
+                (instance_id, now, limit),
+            )
+            return [(int(r[0]), r[1]) for r in await cur.fetchall()]
+
+        self._touch(instance_id)
+        return [(i, codec.decode_message(text)) for i, text in await self.db.read(read)]
+
+    # --- commits ------------------------------------------------------------------------
+
+    async def _apply_episode(
+        self, conn: Conn, instance_id: str, episode: Episode, now: str, count_next: bool
+    ) -> list[ActivityWork]:
+        db = self.db
+        await q.delete_inbox(db, conn, episode.consumed)
+        await q.set_attempts(db, conn, instance_id, count_next)
+        await q.append_history(db, conn, instance_id, episode)
+        await q.update_instance(db, conn, instance_id, episode, now)
+        return await q.write_outbox(db, conn, episode)
+
+    def _created(self, instance_id: str, works: list[ActivityWork]) -> list[ActivityWork]:
+        self._touch(instance_id)
+        self._handed.update(w.work_id for w in works)
+        return works
+
+    async def commit_episode(
+        self, instance_id: str, episode: Episode, now: str, *, count_next: bool = False
+    ) -> list[ActivityWork]:
+        async def body(conn: Conn) -> list[ActivityWork]:
+            return await self._apply_episode(conn, instance_id, episode, now, count_next)
+
+        return self._created(instance_id, await self.db.write("commit_episode", body))
+
+    async def commit_step(
+        self,
+        instance_id: str,
+        completions: list[Completion],
+        episode: Episode,
+        now: str,
+        *,
+        count_next: bool = False,
+    ) -> list[ActivityWork] | None:
+        async def body(conn: Conn) -> list[ActivityWork]:
+            for completion in completions:
+                if not await q.complete_work(self.db, conn, instance_id, completion):
+                    raise WorkGone  # another run reported it: roll everything back
+            created = await self._apply_episode(conn, instance_id, episode, now, count_next)
+            faults.hit("store.before_step_commit")  # the step's commit point is next
+            return created
+
+        try:
+            works = await self.db.write("commit_step", body)
+        except WorkGone:
+            return None
+        self._handed.difference_update(c.work_id for c in completions)
+        return self._created(instance_id, works)
+
+    async def commit_entity(self, commit: EntityCommit) -> None:
+        db = self.db
+
+        async def body(conn: Conn) -> None:
+            await q.delete_inbox(db, conn, commit.consumed)
+            await q.set_attempts(db, conn, commit.instance_id, count_next=False)
+            await db.execute(
+                conn,
+                "INSERT INTO instances (instance_id, name, status, created_at, updated_at,"
+                " entity_state, entity_exists) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (instance_id) DO UPDATE SET updated_at = excluded.updated_at,"
+                " entity_state = excluded.entity_state,"
+                " entity_exists = excluded.entity_exists, status = excluded.status",
+                (
+                    commit.instance_id,
+                    codec.entity_name(commit.instance_id),
+                    RuntimeStatus.RUNNING,
+                    commit.now,
+                    commit.now,
+                    commit.state_json,
+                    commit.exists,
+                ),
+            )
+            await q.insert_messages(
+                db, conn, [(t, codec.encode(m), None) for t, m in commit.responses]
+            )
+
+        await db.write("commit_entity", body)
+        self._touch(commit.instance_id)
+
+    # --- activities ---------------------------------------------------------------------
+
+    async def complete_activity(
+        self, work_id: int, instance_id: str, message: dict[str, Any], now: str
+    ) -> bool:
+        async def body(conn: Conn) -> bool:
+            done = Completion(work_id, message, consumed=False)
+            return await q.complete_work(self.db, conn, instance_id, done)
+
+        completed = await self.db.write("complete_activity", body)
+        self._handed.discard(work_id)
+        return completed
+
+    async def pending_activities(self) -> list[ActivityWork]:
+        async def read(conn: Conn) -> list[ActivityWork]:
+            cur = await self.db.execute(
+                conn,
+                "SELECT id, instance_id, execution_id, task_id, name, input, dequeue_count"
+                " FROM activities ORDER BY id",
+            )
+            return [ActivityWork(*r) for r in await cur.fetchall()]
+
+        works = await self.db.read(read)
+        self._handed.update(w.work_id for w in works)
+        return works
+
+    async def mark_activity_dequeued(self, work_id: int) -> int:
+        async def body(conn: Conn) -> int:
+            cur = await self.db.execute(
+                conn,
+                "UPDATE activities SET dequeue_count = dequeue_count + 1 WHERE id = %s"
+                " RETURNING dequeue_count",
+                (work_id,),
+            )
+            row = await cur.fetchone()
+            return int(row[0]) if row else 0
+
+        return await self.db.write("mark_activity_dequeued", body)
+
+    async def release_activity(self, work_id: int) -> None:
+        """Undo one dequeue: the run was abandoned by a graceful stop, it did not crash."""
+
+        async def body(conn: Conn) -> None:
+            await self.db.execute(
+                conn,
+                "UPDATE activities SET dequeue_count = GREATEST(dequeue_count - 1, 0)"
+                " WHERE id = %s",
+                (work_id,),
+            )
+
+        await self.db.write("release_activity", body)
+
+    async def begin_attempt(self, instance_id: str) -> int:
+        """Count one more attempt at the instance's next episode; committing resets it."""
+
+        async def body(conn: Conn) -> int:
+            # The count must outlive a crash of the host, not of the database server: an
+            # asynchronous commit keeps this write off the episode's critical path (a count
+            # lost with the server only allows one more attempt), as on SQLite.
+            await self.db.execute(conn, "SET LOCAL synchronous_commit TO off")
+            cur = await self.db.execute(
+                conn,
+                "INSERT INTO attempts (instance_id, count) VALUES (%s, 1)"
+                " ON CONFLICT (instance_id) DO UPDATE SET count = attempts.count + 1"
+                " RETURNING count",
+                (instance_id,),
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            return int(row[0])
+
+        return await self.db.write("begin_attempt", body)
+
+    async def release_attempt(self, instance_id: str) -> None:
+        """Undo one count: the attempt a commit counted in advance never began (a stop)."""
+
+        async def body(conn: Conn) -> None:
+            await self.db.execute(
+                conn,
+                "UPDATE attempts SET count = GREATEST(count - 1, 0) WHERE instance_id = %s",
+                (instance_id,),
+            )
+
+        await self.db.write("release_attempt", body)
+
+    # --- scans --------------------------------------------------------------------------
+
+    async def ready_instances(self, now: str, due_only: bool = False) -> list[str]:
+        """Instances with visible messages (``due_only``: only those with due timers), the
+        one whose oldest visible message is oldest first."""
+        where = "visible_at <= %s" if due_only else "(visible_at IS NULL OR visible_at <= %s)"
+
+        async def read(conn: Conn) -> list[str]:
+            cur = await self.db.execute(
+                conn,
+                f"SELECT instance_id FROM inbox WHERE {where}"
+                " GROUP BY instance_id ORDER BY MIN(id)",
+                (now,),
+            )
+            return [r[0] for r in await cur.fetchall()]
+
+        return await self.db.read(read)
+
+    async def next_due(self, now: str) -> str | None:
+        async def read(conn: Conn) -> str | None:
+            cur = await self.db.execute(
+                conn, "SELECT MIN(visible_at) FROM inbox WHERE visible_at > %s", (now,)
+            )
+            row = await cur.fetchone()
+            return row[0] if row else None
+
+        return await self.db.read(read)
+
+    async def poll(self) -> tuple[list[str], list[ActivityWork]]:
+        """Wait for a NOTIFY of another writer or the next sweep; never raises."""
+        try:
+            woken = await self.listener.wait(max(0.0, self._next_sweep - time.monotonic()))
+            if time.monotonic() < self._next_sweep:
+                return woken, []
+            self._next_sweep = time.monotonic() + SWEEP_SECONDS
+            return await self._sweep(woken)
+        except Exception as exc:  # noqa: BLE001 - poll never raises: the loop goes on
+            log.debug("poll failed: %s", exc)
+            await asyncio.sleep(1.0)
+            return [], []
+
+    async def _sweep(self, woken: list[str]) -> tuple[list[str], list[ActivityWork]]:
+        now = codec_now()
+        stale = time.monotonic() - STALE_SECONDS
+        ready = await self.ready_instances(now)
+        found = list(woken) + [
+            i for i in ready if i not in woken and self._touched.get(i, 0.0) < stale
+        ]
+        for instance_id in [i for i, t in self._touched.items() if t < stale]:
+            del self._touched[instance_id]  # bounded: only recent instances are kept
+
+        async def read(conn: Conn) -> list[ActivityWork]:
+            cur = await self.db.execute(
+                conn,
+                "SELECT id, instance_id, execution_id, task_id, name, input, dequeue_count"
+                " FROM activities WHERE NOT (id = ANY(%s)) ORDER BY id",
+                (sorted(self._handed),),
+            )
+            return [ActivityWork(*r) for r in await cur.fetchall()]
+
+        # A work item committed a moment ago may not be in ``_handed`` yet (its commit's
+        # caller resumes after the COMMIT): only one that two sweeps in a row found
+        # unhanded was left behind.
+        unhanded = [w for w in await self.db.read(read) if w.work_id not in self._handed]
+        works = [w for w in unhanded if w.work_id in self._unhanded]
+        self._unhanded = {w.work_id for w in unhanded} - {w.work_id for w in works}
+        self._handed.update(w.work_id for w in works)
+        return found, works
+
+    # --- queries and purge --------------------------------------------------------------
+
+    async def query(self, query: Query) -> QueryPage:
+        where, args = q.filters(query)
+        limit = query.top if query.top and query.top > 0 else None
+
+        async def read(conn: Conn) -> QueryPage:
+            cur = await self.db.execute(
+                conn,
+                f"SELECT {q.COLUMNS} FROM instances WHERE {where} ORDER BY instance_id LIMIT %s",
+                (*args, limit),
+            )
+            records = [q.instance_record(r) for r in await cur.fetchall()]
+            full = limit is not None and len(records) == limit
+            return QueryPage(records, records[-1].instance_id if full else None)
+
+        return await self.db.read(read)
+
+    async def purge(self, instance_id: str) -> int:
+        async def body(conn: Conn) -> int:
+            return await q.purge_ids(self.db, conn, [instance_id])
+
+        return await self.db.write("purge", body)
+
+    async def purge_many(self, query: Query) -> int:
+        """Purge the terminal instances ``query`` matches; running ones are never purged."""
+        terminal = codec.purgeable(query)
+        if terminal is None:
+            return 0
+        where, args = q.filters(terminal)
+
+        async def body(conn: Conn) -> int:
+            cur = await self.db.execute(
+                conn,
+                f"SELECT instance_id FROM instances WHERE {where} FOR UPDATE",
+                args,
+            )
+            ids = [r[0] for r in await cur.fetchall()]
+            return await q.purge_ids(self.db, conn, ids)
+
+        return await self.db.write("purge_many", body)
+
+    # --- host secrets and timer-trigger schedules: compare-and-swap of named texts ------
+
+    async def get_secret(self, name: str) -> str | None:
+        return await self._get_named("host_secrets", name)
+
+    async def swap_secret(self, name: str, expected: str | None, value: str) -> bool:
+        # Unfenced: a tool beside the host (read-only: no lease) must be able to change keys.
+        return await self._swap_named("host_secrets", name, expected, value, fenced=False)
+
+    async def get_schedule(self, name: str) -> str | None:
+        return await self._get_named("schedules", name)
+
+    async def swap_schedule(self, name: str, expected: str | None, value: str) -> bool:
+        # Fenced like every write of the owner: a stale host must not claim an occurrence.
+        return await self._swap_named("schedules", name, expected, value, fenced=True)
+
+    async def _get_named(self, table: str, name: str) -> str | None:
+        async def read(conn: Conn) -> str | None:
+            cur = await self.db.execute(
+                conn,
+                f"SELECT value FROM {table} WHERE name = %s",
+                (name,),
+            )
+            row = await cur.fetchone()
+            return None if row is None else str(row[0])
+
+        return await self.db.read(read)
+
+    async def _swap_named(
+        self, table: str, name: str, expected: str | None, value: str, *, fenced: bool
+    ) -> bool:
+        async def body(conn: Conn) -> bool:
+            if expected is None:
+                cur = await self.db.execute(
+                    conn,
+                    f"INSERT INTO {table} (name, value) VALUES (%s, %s)"
+                    " ON CONFLICT (name) DO NOTHING RETURNING 1",
+                    (name, value),
+                )
+            else:
+                cur = await self.db.execute(
+                    conn,
+                    f"UPDATE {table} SET value = %s WHERE name = %s AND value = %s RETURNING 1",
+                    (value, name, expected),
+                )
+            return await cur.fetchone() is not None
+
+        # Not an episode: no ``store.before_commit`` fault point (crash tests count episodes).
+        return await self.db.write(
+            f"swap {table}", body, fenced=fenced and not self.read_only, fault=False
+        )
+
+
+def codec_now() -> str:
+    """Now in the host's timestamp format (as the engine passes ``now``)."""
+    return h.format_time(datetime.now(UTC))

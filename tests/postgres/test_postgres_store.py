@@ -1,0 +1,149 @@
+"""What only the PostgreSQL store has, below the host: its settings and how they are shown,
+the schema's version, the hub lease's fencing, and several hubs in one database."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+
+from durable_host.store.base import StoreError, StoreLostError
+from durable_host.store.postgres import PostgresStore, from_spec
+from durable_host.store.postgres.settings import PostgresSettingsError, describe, redact
+
+
+def test_settings_come_from_the_spec_or_the_setting_and_name_no_password() -> None:
+    url = "postgresql://ann:s3cret-pw@db.example.com:6432/hubs?sslmode=verify-full"
+    settings = from_spec("postgres", "MyHub", env={"DURABLE_HOST_POSTGRES": url})
+
+    assert settings.schema == "dh_myhub"
+    assert (
+        describe(settings.conninfo) == "postgres ann@db.example.com:6432/hubs (sslmode=verify-full)"
+    )
+    assert "s3cret-pw" not in repr(settings) and "s3cret-pw" not in settings.describe()
+    assert "connect_timeout" in settings.conninfo  # a default, unless the setting has one
+    given = from_spec("postgres:host=h dbname=d password=pw2", "MyHub", env={})
+    assert "pw2" not in given.describe()
+
+
+@pytest.mark.parametrize(
+    ("spec", "env", "message"),
+    [
+        ("postgres", {}, "needs the DURABLE_HOST_POSTGRES setting"),
+        ("postgres:host=h", {"DURABLE_HOST_POSTGRES_POOL": "0"}, "between 1 and 200"),
+        ("postgres:host=h", {"DURABLE_HOST_POSTGRES_POOL": "many"}, "must be an integer"),
+        ("postgres:host=h password='pw-xyz", {}, "not a valid libpq"),
+    ],
+)
+def test_bad_settings_are_refused_by_name(spec: str, env: dict[str, str], message: str) -> None:
+    with pytest.raises(PostgresSettingsError, match=message) as caught:
+        from_spec(spec, "MyHub", env=env)
+    assert "pw-xyz" not in str(caught.value)
+
+
+def test_a_bad_hub_name_is_refused() -> None:
+    with pytest.raises(PostgresSettingsError, match="hub name"):
+        from_spec("postgres:host=h", "x;drop", env={})
+
+
+def test_redact_removes_the_password_in_every_form() -> None:
+    conninfo = "postgresql://u:topsecret@h/db"
+    text = (
+        "failed for postgresql://u:topsecret@h/db, password=other 'topsecret'"
+        " postgres://x:y@z password = 'quoted pw'"
+    )
+    cleaned = redact(text, conninfo)
+    for secret in ("topsecret", "other", ":y@", "quoted pw"):
+        assert secret not in cleaned, cleaned
+
+
+def store_for(url: str, hub: str, **kw: Any) -> PostgresStore:
+    return PostgresStore(from_spec(f"postgres:{url}", hub, env={}), **kw)
+
+
+def test_a_schema_newer_than_the_host_is_refused(postgres_url: str) -> None:
+    hub = "N" + uuid.uuid4().hex[:10]
+
+    async def main() -> None:
+        store = store_for(postgres_url, hub)
+        await store.open()
+        conn = await store.db.connect()
+        await conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+        await conn.close()
+        await store.close()
+        with pytest.raises(StoreError, match="version 99, newer than this host's 1"):
+            await store_for(postgres_url, hub).open()
+
+    asyncio.run(main())
+
+
+def test_a_host_whose_hub_was_taken_over_cannot_commit(postgres_url: str) -> None:
+    hub = "F" + uuid.uuid4().hex[:10]
+    lost: list[str] = []
+
+    async def main() -> None:
+        old = store_for(postgres_url, hub, on_lost=lost.append)
+        await old.open()
+        # The owner's lease lapses (as if it hung): a second host takes the hub over.
+        conn = await old.db.connect()
+        await conn.execute("UPDATE lease SET expires_at = '-infinity'")
+        await conn.close()
+        new = store_for(postgres_url, hub)
+        await new.open()
+        try:
+            with pytest.raises(StoreLostError, match="another host took over"):
+                await old.send("a", {"kind": "event", "name": "x"}, "2026-01-01T00:00:00Z")
+            assert lost and "took over" in lost[0]
+            assert await new.fetch_messages("a", "2026-01-01T00:00:00Z") == []
+            await new.send("a", {"kind": "event", "name": "y"}, "2026-01-01T00:00:00Z")
+            assert len(await new.fetch_messages("a", "2026-01-01T00:00:00Z")) == 1
+        finally:
+            await new.close()
+            await old.close()
+
+    asyncio.run(main())
+
+
+def test_two_hubs_share_one_database_without_seeing_each_other(postgres_url: str) -> None:
+    async def main() -> None:
+        a = store_for(postgres_url, "A" + uuid.uuid4().hex[:10])
+        b = store_for(postgres_url, "B" + uuid.uuid4().hex[:10])
+        await a.open()
+        await b.open()  # no standby wait: another hub, another lease
+        try:
+            await a.send("same-id", {"kind": "event", "name": "x"}, "2026-01-01T00:00:00Z")
+            assert len(await a.fetch_messages("same-id", "2026-01-01T00:00:00Z")) == 1
+            assert await b.fetch_messages("same-id", "2026-01-01T00:00:00Z") == []
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(main())
+
+
+def test_a_notify_from_another_writer_wakes_the_poll_at_once(postgres_url: str) -> None:
+    hub = "W" + uuid.uuid4().hex[:10]
+
+    async def main() -> None:
+        owner = store_for(postgres_url, hub)
+        await owner.open()
+        tool = store_for(postgres_url, hub, read_only=True)  # another process's writes
+        await tool.open()
+        try:
+            await owner.poll()  # the first poll sweeps, and starts listening
+            waiting = asyncio.ensure_future(owner.poll())
+            await asyncio.sleep(0.2)
+            await tool.db.write(
+                "send",
+                lambda conn: tool._message(conn, "woken", {"kind": "event", "name": "e"}, None),
+                fenced=False,
+            )
+            instance_ids, _ = await asyncio.wait_for(waiting, timeout=3.0)  # sweep: 5 s
+            assert instance_ids == ["woken"]
+        finally:
+            await tool.close()
+            await owner.close()
+
+    asyncio.run(main())
