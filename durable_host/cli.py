@@ -1,7 +1,10 @@
 """Command line: ``python -m durable_host start [--app-dir DIR] [--host H] [--port P] [--store S]
 [--auth keys|off] [--public-url URL] [--exit-when-idle SECONDS [--wake-file PATH]]``,
 ``python -m durable_host keys [--app-dir DIR] [--store S] [--json]`` and
-``python -m durable_host next-wake [--app-dir DIR] [--store S]``.
+``python -m durable_host next-wake [--app-dir DIR] [--store S]`` and
+``python -m durable_host replay-check [--app-dir NEW] [--store S] [--instances
+running|all|ID...] [--json]`` (``durable_host/replay_check.py``: exit 1 when a stored
+instance would fail under the new code).
 
 ``--exit-when-idle``: stop (exit 0) once nothing has been runnable for that long, printing
 one JSON line ``{"event": "idle-exit", "next_wake": ...}`` (and writing it to
@@ -30,11 +33,12 @@ import signal
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from durable_host import config as config_mod
 from durable_host import keys as keys_mod
 from durable_host import loader, local_settings, logs, timer_triggers, wake
+from durable_host import replay_check as replay_check_mod
 from durable_host.host import STARTUP_ERRORS, Host, open_store
 
 
@@ -95,7 +99,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     keys.add_argument("--app-dir", default=".", type=Path)
     keys.add_argument("--store", default=None, help="as for start")
     keys.add_argument("--json", action="store_true", help="print one JSON object")
+    check = sub.add_parser(
+        "replay-check", help="replay stored histories against new code (writes nothing)"
+    )
+    check.add_argument("--app-dir", default=".", type=Path, help="the new code")
+    check.add_argument("--store", default=None, help="as for start")
+    check.add_argument(
+        "--instances",
+        nargs="+",
+        default=["running"],
+        metavar="running|all|ID",
+        help="default: every instance not yet ended",
+    )
+    check.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
+    words = {"running", "all"} & set(getattr(args, "instances", ()))
+    if words and len(args.instances) > 1:
+        parser.error("--instances takes running, all, or instance ids, not a mix")
     if getattr(args, "wake_file", None) is not None and args.exit_when_idle is None:
         parser.error("--wake-file needs --exit-when-idle")
     return args
@@ -228,6 +248,39 @@ async def show_keys(args: argparse.Namespace) -> int:
     return 0
 
 
+async def replay_check(args: argparse.Namespace) -> int:
+    try:
+        app_dir = Path(args.app_dir).resolve()
+        config_mod.apply_local_settings(app_dir)
+        cfg = config_mod.load(app_dir)
+        index = loader.load_app(app_dir)
+        store = open_store(args.store, cfg, read_only=True)
+        await store.open()
+        try:
+            verdicts = [
+                v
+                async for v in replay_check_mod.check(
+                    store, lambda name: _orchestrator(index, name), cfg.versioning, args.instances
+                )
+            ]
+        finally:
+            await store.close()
+    except STARTUP_ERRORS as exc:
+        print(f"durable host: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(replay_check_mod.report_json(verdicts))
+    else:
+        for line in replay_check_mod.report_text(verdicts):
+            print(line)
+    return 1 if replay_check_mod.summary(verdicts)["failed"] else 0
+
+
+def _orchestrator(index: loader.AppIndex, name: str) -> Any:
+    info = index.orchestrator(name)
+    return info.fn if info is not None and not info.disabled else None
+
+
 def _key_lines(found: dict[str, object]) -> list[str]:
     def row(key: dict[str, str], label: str) -> str:
         setting = f"   (from {key['setting']})" if key.get("setting") else ""
@@ -259,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "keys":
         logs.configure("WARNING", "text")
         return asyncio.run(show_keys(args))
+    if args.command == "replay-check":
+        logs.configure("WARNING", "text")
+        return asyncio.run(replay_check(args))
     if args.command == "next-wake":
         logs.configure("WARNING", "text")
         return asyncio.run(next_wake(args))
