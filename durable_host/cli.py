@@ -4,7 +4,10 @@
 ``python -m durable_host next-wake [--app-dir DIR] [--store S]`` and
 ``python -m durable_host replay-check [--app-dir NEW] [--store S] [--instances
 running|all|ID...] [--json]`` (``durable_host/replay_check.py``: exit 1 when a stored
-instance would fail under the new code).
+instance would fail under the new code), ``python -m durable_host export [--app-dir DIR]
+[--store S] --out FILE [--include-keys]`` and ``python -m durable_host import [--app-dir DIR]
+[--store S] FILE`` (``durable_host/transfer/``: a stopped host's hub, running work included,
+to a file and into an empty hub).
 
 ``--exit-when-idle``: stop (exit 0) once nothing has been runnable for that long, printing
 one JSON line ``{"event": "idle-exit", "next_wake": ...}`` (and writing it to
@@ -40,6 +43,7 @@ from durable_host import keys as keys_mod
 from durable_host import loader, local_settings, logs, timer_triggers, wake
 from durable_host import replay_check as replay_check_mod
 from durable_host.host import STARTUP_ERRORS, Host, open_store
+from durable_host.transfer import commands
 
 
 class _Parser(argparse.ArgumentParser):
@@ -112,6 +116,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="default: every instance not yet ended",
     )
     check.add_argument("--json", action="store_true", help="print one JSON object")
+    export = sub.add_parser("export", help="write a stopped host's task hub to a file")
+    export.add_argument("--app-dir", default=".", type=Path)
+    export.add_argument("--store", default=None, help="as for start")
+    export.add_argument("--out", required=True, type=Path, help="the hub file to write")
+    export.add_argument(
+        "--include-keys", action="store_true", help="also the host's keys (the file holds secrets)"
+    )
+    imp = sub.add_parser("import", help="load a hub file into an empty task hub")
+    imp.add_argument("--app-dir", default=".", type=Path)
+    imp.add_argument("--store", default=None, help="as for start")
+    imp.add_argument("file", type=Path, help="a file written by export")
     args = parser.parse_args(argv)
     words = {"running", "all"} & set(getattr(args, "instances", ()))
     if words and len(args.instances) > 1:
@@ -276,6 +291,19 @@ async def replay_check(args: argparse.Namespace) -> int:
     return 1 if replay_check_mod.summary(verdicts)["failed"] else 0
 
 
+async def transfer(args: argparse.Namespace) -> int:
+    try:
+        app_dir = Path(args.app_dir).resolve()
+        config_mod.apply_local_settings(app_dir)
+        cfg = config_mod.load(app_dir)
+    except STARTUP_ERRORS as exc:
+        print(f"durable host: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "export":
+        return await commands.export_hub(cfg, args.store, args.out, args.include_keys)
+    return await commands.import_hub(cfg, args.store, args.file)
+
+
 def _orchestrator(index: loader.AppIndex, name: str) -> Any:
     info = index.orchestrator(name)
     return info.fn if info is not None and not info.disabled else None
@@ -312,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "keys":
         logs.configure("WARNING", "text")
         return asyncio.run(show_keys(args))
+    if args.command in ("export", "import"):
+        logs.configure("WARNING", "text")
+        return asyncio.run(transfer(args))
     if args.command == "replay-check":
         logs.configure("WARNING", "text")
         return asyncio.run(replay_check(args))
