@@ -18,14 +18,21 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from durable_host import config as config_mod
+from durable_host.host import open_store
+from durable_host.store.base import StoreError
 from durable_host.transfer import fileformat
 from durable_host.transfer.protocol import HubBusyError, HubNotEmptyError
 from durable_host.transfer.sqlite import SqliteHub
 
-REFUSED = (HubBusyError, HubNotEmptyError, fileformat.HubFileError, OSError)
+if TYPE_CHECKING:
+    from durable_host.transfer.azure import AzureHub
+
+    Hub = SqliteHub | AzureHub
+
+REFUSED = (HubBusyError, HubNotEmptyError, fileformat.HubFileError, OSError, StoreError)
 KEYS_WARNING = (
     "durable host: {path} holds the host's keys (secrets): it was written with mode 0600;"
     " keep it as safe as the keys themselves, and delete it once imported"
@@ -36,13 +43,23 @@ class TransferSpecError(ValueError):
     pass
 
 
-def open_hub(spec: str | None, cfg: config_mod.HostConfig) -> tuple[str, SqliteHub]:
+def open_hub(spec: str | None, cfg: config_mod.HostConfig) -> tuple[str, Hub]:
     """The hub a ``--store`` names, for a transfer, and its kind."""
     if spec is None or spec == "sqlite":
         return "sqlite", SqliteHub(cfg.app_dir / ".durable" / f"{cfg.hub_name}.db")
     if spec.startswith("sqlite:"):
         return "sqlite", SqliteHub(Path(spec.removeprefix("sqlite:")))
-    raise TransferSpecError(f"export and import do not support the store {spec!r} yet: use sqlite")
+    if spec == "azure":
+        # The Azure SDK only when asked (as the host imports it).
+        from durable_host.store.azure.store import AzureStore
+        from durable_host.transfer.azure import AzureHub
+
+        store = open_store(spec, cfg, read_only=True)
+        assert isinstance(store, AzureStore)
+        return "azure", AzureHub(store)
+    raise TransferSpecError(
+        f"export and import do not support the store {spec!r} yet: use sqlite or azure"
+    )
 
 
 def _now() -> str:

@@ -82,12 +82,13 @@ class SqliteHub:
         try:
             after = ""
             while True:
-                rows = await asyncio.to_thread(self._instances_after, after)
-                for row in rows:
-                    yield await asyncio.to_thread(self._dump, row)
-                if len(rows) < _PAGE:
+                # A page per thread hop: one instance each would cost more than its reads.
+                dumps = await asyncio.to_thread(self._page, after)
+                for dump in dumps:
+                    yield dump
+                if len(dumps) < _PAGE:
                     break
-                after = rows[-1][0]
+                after = dumps[-1].record.instance_id
             for row in db.execute(
                 "SELECT instance_id, execution_id, task_id, name, input, dequeue_count"
                 " FROM activities ORDER BY id"
@@ -101,11 +102,12 @@ class SqliteHub:
         finally:
             db.execute("COMMIT")
 
-    def _instances_after(self, after: str) -> list[tuple[Any, ...]]:
-        return self.db.execute(
+    def _page(self, after: str) -> list[InstanceDump]:
+        rows = self.db.execute(
             f"SELECT {COLUMNS} FROM instances WHERE instance_id > ? ORDER BY instance_id LIMIT ?",
             (after, _PAGE),
         ).fetchall()
+        return [self._dump(row) for row in rows]
 
     def _dump(self, row: tuple[Any, ...]) -> InstanceDump:
         record = instance_record(row)
@@ -158,8 +160,7 @@ class SqliteHub:
                 async for item in items:
                     count += self._insert(item)
             else:
-                for item in items:
-                    count += await asyncio.to_thread(self._insert, item)
+                count = await asyncio.to_thread(lambda: sum(self._insert(i) for i in items))
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:

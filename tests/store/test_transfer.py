@@ -96,6 +96,7 @@ def moved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"file": out, "marks": marks_file, "env": env, "source": source}
 
 
+@pytest.mark.timeout(600)
 def test_a_hub_moved_mid_flight_finishes_on_the_target_with_each_effect_once(moved, tmp_path):
     summary = json.loads(moved["file"].read_text().splitlines()[-1])["trailer"]
     assert summary["instances"] == 7  # five orchestrations, one child, one entity
@@ -124,6 +125,61 @@ def test_a_hub_moved_mid_flight_finishes_on_the_target_with_each_effect_once(mov
     assert sorted(effects) == sorted(["note:w1", "note:p1:child", "tick:n1", "slow:s1"]), (
         "each activity's effect exactly once"
     )
+
+
+def assert_finished_as_without_a_move(results: dict[str, Any], effects: list[str]) -> None:
+    """The results a host that never moved computes, and the effects of the activities that
+    had not run before the move (``tick``, ``slow``) exactly once on this branch."""
+    assert {i: r["runtimeStatus"] for i, r in results.items()} == dict.fromkeys(
+        results, "Completed"
+    )
+    assert results["w1"]["output"] == ["noted w1", "a"]
+    assert results["p1"]["output"] == {"child": ["noted p1:child", "b"]}
+    assert results["e1"]["output"] == 8
+    assert results["s1"]["output"] == "slept s1"
+    napped = results["n1"]["output"]
+    assert datetime.fromisoformat(napped["ran_at"]) >= datetime.fromisoformat(napped["due"])
+    assert sorted(m for m in effects if not m.startswith("slow-began")) == ["slow:s1", "tick:n1"]
+
+
+def run_to_the_end(store: str, env: dict[str, str]) -> dict[str, Any]:
+    host = HostProcess(APP, store, env=env).start()
+    try:
+        return finish(host)
+    finally:
+        host.kill()
+
+
+@pytest.mark.timeout(900)  # two hops, two hosts, a 15 s timer each: minutes on a slow machine
+def test_a_round_trip_sqlite_azure_sqlite_finishes_after_each_hop(
+    moved, tmp_path, azurite_connection
+):
+    hub = "Tx" + os.urandom(6).hex()
+    azure_env = {"AzureWebJobsStorage": azurite_connection, "DURABLE_HOST_HUB": hub}
+    into_azure = cli(
+        "import", "--app-dir", str(APP), "--store", "azure", str(moved["file"]), env=azure_env
+    )
+    assert into_azure.returncode == 0, into_azure.stderr
+    again = cli(
+        "import", "--app-dir", str(APP), "--store", "azure", str(moved["file"]), env=azure_env
+    )
+    assert again.returncode == 2 and "not empty" in again.stderr
+    back = tmp_path / "from-azure.jsonl"
+    out = cli(
+        "export", "--app-dir", str(APP), "--store", "azure", "--out", str(back), env=azure_env
+    )
+    assert out.returncode == 0, out.stderr
+    assert fileformat.verify(back).instances == fileformat.verify(moved["file"]).instances
+
+    on_azure = tmp_path / "azure-marks.txt"
+    results = run_to_the_end("azure", {**azure_env, "TRANSFER_APP_MARKS": str(on_azure)})
+    assert_finished_as_without_a_move(results, marks(on_azure))
+
+    target = f"sqlite:{tmp_path / 'c.db'}"
+    assert import_(target, back).returncode == 0
+    on_sqlite = tmp_path / "sqlite-marks.txt"
+    results = run_to_the_end(target, {"TRANSFER_APP_MARKS": str(on_sqlite)})
+    assert_finished_as_without_a_move(results, marks(on_sqlite))
 
 
 def test_a_second_import_and_an_import_into_a_used_hub_are_refused(moved, tmp_path):
