@@ -5,7 +5,9 @@ script (``GET /api/static/session.js``) reads the session id from the page's own
 follows the session through the JSON API alone: it reads the view, follows
 ``changes?after=&wait=&previews=`` from the view's cursor, re-reads the view whenever records
 arrive (or from scratch when the cursor expired), and shows the answers' previews (streamed
-model text, tool progress) after the entries, marked as previews, until their entries land. ``GET /api/openapi.yaml`` is
+model text, tool progress) after the entries, marked as previews, until their entries land. A tool call's entries fold into one card, and
+the status line says ``live`` as soon as the change stream answers (docs/api.md).
+``GET /api/openapi.yaml`` is
 docs/openapi.yaml (a deployment must include that file; .funcignore decides). Only the files
 named in ``STATIC`` are served.
 

@@ -12,7 +12,10 @@ task (``docs/skills.md`` has the format with an example). Its parts:
   (unique step ids and event names, references only to steps that end before, known tools
   that can run outside a session, arguments that fit the tool). It returns **every** problem,
   each with the path of the offending field (``steps[2].arguments.expression``) and a reason;
-  ``SkillInvalid`` carries them as the HTTP 400 error. Nothing here raises for bad input;
+  ``SkillInvalid`` carries them as the HTTP 400 error. Nothing here raises for bad input.
+  The catalogue's ``register_skill`` checks its argument with ``tool_argument_problems``,
+  which this module hands to ``kernel.tools`` on import (``tools.use_skill_validator``):
+  skills imports the catalogue, so the catalogue cannot import skills;
 * references: a string may hold ``${input.<name>...}`` or ``${steps.<id>...}`` (then
   ``.<key>`` or ``[<index>]`` into the value). A string that is one reference becomes the value
   itself (a number stays a number); references inside longer text are written into it
@@ -217,6 +220,18 @@ def validate(raw: object) -> Skill | list[Problem]:
     if problems or skill is None:
         return problems or [Problem("skill", "invalid skill")]
     return skill
+
+
+def tool_argument_problems(raw: object) -> list[str]:
+    """``validate``'s problems as the tool catalogue reports a tool's argument problems
+    (``"skill.<path>: <what is wrong>"``): how ``register_skill`` checks its argument."""
+    checked = validate(raw)
+    if isinstance(checked, Skill):
+        return []
+    return [f"skill.{p.field}: {p.message}" for p in checked]
+
+
+tools.use_skill_validator(tool_argument_problems)
 
 
 def parse(raw: object) -> Skill:

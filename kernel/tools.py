@@ -123,13 +123,23 @@ def _expression_problems(args: CalculatorArgs) -> list[str]:
     return [f"expression: {error.message}"] if error else []
 
 
-def _skill_problems(args: RegisterSkillArgs) -> list[str]:
-    from kernel import skills  # skills validates its tool steps against this catalogue
+# register_skill's argument is a whole skill, which kernel.skills validates - its tool steps
+# against this catalogue, so this module cannot import it without an import circle. Skills
+# hands its validator over when it is imported (``use_skill_validator``); until then
+# register_skill refuses every call (fail closed) rather than store an unchecked skill.
+_skill_validator: list[Callable[[object], list[str]]] = []
 
-    checked = skills.validate(args.skill)
-    if isinstance(checked, skills.Skill):
-        return []
-    return [f"skill.{p.field}: {p.message}" for p in checked]
+
+def use_skill_validator(validate: Callable[[object], list[str]]) -> None:
+    """Hand over how ``register_skill`` checks its ``skill`` argument: every problem as
+    ``"skill.<path>: <what is wrong>"``, none for a valid skill (``kernel.skills`` does)."""
+    _skill_validator[:] = [validate]
+
+
+def _skill_problems(args: RegisterSkillArgs) -> list[str]:
+    if not _skill_validator:
+        return ["skill: skills cannot be checked: kernel.skills is not loaded in this process"]
+    return _skill_validator[0](args.skill)
 
 
 def _recipient_problems(args: SendNoticesArgs) -> list[str]:

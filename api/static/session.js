@@ -4,7 +4,11 @@
 // never misses a change and never needs a reload. Previews (streamed model text, tool progress)
 // come with every change answer; the page passes the tag of the previews it shows, so it is
 // woken when they change, and shows them after the entries, marked as previews, until the
-// entry that supersedes them arrives. No framework, no build step.
+// entry that supersedes them arrives. Tool calls show as cards (tool, arguments, outcome,
+// replay policy, tier), one card per call folding its intent, outcome and result entries,
+// with the entries' JSON behind a toggle. The status line says `live` as soon as the change
+// stream answers (the first request after a view read does not wait), and says when the
+// connection dropped and that the page is reconnecting. No framework, no build step.
 "use strict";
 
 (function () {
@@ -54,35 +58,137 @@
     return new Promise((resolve) => setTimeout(resolve, ms));
   }
 
-  function setConnection(state) {
+  let viewStale = false; // a round failed: read the view again before following on
+  let droppedAt = null; // when the connection was lost, until the stream answers again
+
+  function clock() {
+    return new Date().toISOString().slice(11, 19);
+  }
+
+  function setConnection(state, detail) {
     document.body.dataset.state = state;
     const node = $("connection");
     node.textContent = state;
-    node.className = `badge ${state}`;
+    node.className = `badge ${state.replace(/ /g, "_")}`;
+    $("connection-detail").textContent = detail || "";
+  }
+
+  function streamAnswered() {
+    const note = droppedAt ? `reconnected at ${clock()} after a drop at ${droppedAt}` : `since ${clock()}`;
+    if (document.body.dataset.state !== "live" || droppedAt) setConnection("live", note);
+    droppedAt = null;
+    document.body.dataset.answeredAt = clock();
+  }
+
+  function connectionLost(error) {
+    if (!droppedAt) droppedAt = clock();
+    setConnection("reconnecting", `connection lost at ${droppedAt} (${error.message || error}); retrying every ${RETRY_MS / 1000} s`);
   }
 
   function shortId(id) {
     return id.length > 12 ? `${id.slice(0, 8)}…` : id;
   }
 
+  function rawToggle(value) {
+    return el("details", { class: "raw" }, el("summary", {}, "raw JSON"),
+      el("pre", {}, JSON.stringify(value, null, 1)));
+  }
+
   function entryBody(entry) {
-    if (entry.text !== null && entry.text !== undefined) return entry.text;
-    if (entry.content_ref) return el("span", { class: "muted" }, `[stored text ${entry.content_ref.slice(0, 15)}…]`);
     const calls = entry.data && entry.data.tool_calls;
-    if (Array.isArray(calls) && calls.length) {
-      return el("span", { class: "muted" }, "asks for " + calls.map((c) => c.name).join(", "));
+    const asks = Array.isArray(calls) && calls.length
+      ? el("span", { class: "muted asks" }, "asks for " + calls.map((c) => c.name).join(", "))
+      : null;
+    if (entry.text !== null && entry.text !== undefined) {
+      return el("span", {}, el("span", { class: "entry-text" }, entry.text), asks ? " " : null, asks);
     }
-    return el("pre", {}, JSON.stringify(entry.data, null, 1));
+    if (entry.content_ref) return el("span", { class: "muted" }, `[stored text ${entry.content_ref.slice(0, 15)}…]`);
+    if (asks) return asks;
+    return rawToggle(entry.data);
+  }
+
+  // One card per tool call: the entries of a call (intent, outcome, result) share its
+  // tool_call_id; the card stands where the first of them is.
+  function toolCallId(entry) {
+    const data = entry.data;
+    return entry.role === "tool" && data && typeof data.tool_call_id === "string" ? data.tool_call_id : null;
+  }
+
+  function argumentList(data) {
+    if (data.arguments && typeof data.arguments === "object") {
+      const pairs = Object.entries(data.arguments);
+      if (!pairs.length) return el("span", { class: "muted" }, "none");
+      return el("dl", { class: "args" }, ...pairs.flatMap(([key, value]) =>
+        [el("dt", {}, key), el("dd", {}, typeof value === "string" ? value : JSON.stringify(value))]));
+    }
+    if (data.arguments_digest) return el("span", { class: "muted" }, `[stored arguments ${data.arguments_digest.slice(0, 15)}…]`);
+    return el("span", { class: "muted" }, "-");
+  }
+
+  function resultText(result) {
+    if (result === undefined || result === null) return null;
+    if (typeof result !== "object") return String(result);
+    const said = result.summary || result.message || result.text || result.value;
+    if (said !== undefined && said !== null && said !== "") return typeof said === "string" ? said : JSON.stringify(said);
+    return JSON.stringify(result);
+  }
+
+  function toolCard(entries, tasks) {
+    const byKind = {};
+    for (const entry of entries) byKind[entry.kind] = entry;
+    const intent = (byKind.tool_intent || {}).data || {};
+    const outcome = (byKind.tool_outcome || {}).data || null;
+    const message = byKind.message || null;
+    const first = entries[0].data;
+    const taskId = first.tool_task_id || intent.tool_task_id;
+    const task = (taskId && tasks[taskId]) || null;
+    const ok = outcome ? outcome.ok : message && message.data ? message.data.ok : undefined;
+    const outcomeText = ok === undefined
+      ? (task ? task.status : "pending")
+      : `${ok ? "ok" : "failed"}${outcome && outcome.kind ? ` (${outcome.kind})` : ""}` +
+        (outcome && outcome.runs ? `, ran ${outcome.runs}×` : "");
+    const said = message ? (message.data && message.data.result !== undefined
+      ? resultText(message.data.result)
+      : message.content_ref ? `[stored result ${message.content_ref.slice(0, 15)}…]` : message.text) : null;
+    const field = (name, ...value) => [el("dt", {}, name), el("dd", { "data-field": name }, ...value)];
+    return el("li", {
+      class: "tool-card", value: entries[0].n, "data-n": entries[0].n, "data-role": "tool", "data-tool-call": first.tool_call_id,
+      "data-tool": first.name || intent.name || "", "data-outcome": ok === undefined ? "pending" : ok ? "ok" : "failed",
+      "data-entries": entries.map((e) => e.n).join(","),
+    },
+    el("div", { class: "card-head" },
+      el("span", { class: "entry-role" }, "tool"), el("strong", { class: "tool-name" }, first.name || intent.name || "?"),
+      " ", badge(ok === undefined ? "pending" : ok ? "completed" : "failed"),
+      el("code", { class: "muted", title: "tool call id" }, ` ${first.tool_call_id}`)),
+    el("dl", { class: "card-fields" },
+      ...field("arguments", byKind.tool_intent ? argumentList(intent) : el("span", { class: "muted" }, "-")),
+      ...field("outcome", outcomeText),
+      ...field("replay policy", intent.policy || "-", intent.requires_approval ? " · needs approval" : ""),
+      ...field("tier", (task && task.tier) || "-"),
+      ...(said !== null && said !== undefined ? field("result", said) : [])),
+    rawToggle(entries.map((e) => ({ n: e.n, kind: e.kind, data: e.data, content_ref: e.content_ref || undefined }))));
   }
 
   let shownEntries = [];
 
   function renderEntries(view) {
-    shownEntries = view.entries.map((entry) =>
-      el("li", { "data-n": entry.n, "data-role": entry.role },
+    const calls = new Map();
+    for (const entry of view.entries) {
+      const id = toolCallId(entry);
+      if (id !== null) calls.set(id, [...(calls.get(id) || []), entry]);
+    }
+    shownEntries = [];
+    for (const entry of view.entries) {
+      const id = toolCallId(entry);
+      if (id !== null) {
+        if (calls.get(id)[0] === entry) shownEntries.push(toolCard(calls.get(id), view.tasks));
+        continue;
+      }
+      shownEntries.push(el("li", { value: entry.n, "data-n": entry.n, "data-role": entry.role },
         el("span", { class: "entry-role" }, entry.role),
         entry.conversation !== "main" ? el("span", { class: "muted" }, `[${entry.conversation}] `) : null,
         entryBody(entry)));
+    }
     renderPreviews();
   }
 
@@ -187,28 +293,46 @@
   async function readView() {
     const response = await api(sessionUrl);
     if (response.status === 404) {
-      setConnection("no session yet");
+      setConnection("no session yet", `waiting for the session to be created (checked at ${clock()})`);
+      droppedAt = null;
       return null;
     }
     if (!response.ok) throw new Error(`view: HTTP ${response.status}`);
     const view = await response.json();
-    if (view.created_at !== sessionCreatedAt) {
-      sessionCreatedAt = view.created_at;
-      shownChanges.length = 0;
-      addChanges([]);
+    // A session whose first submission is still in flight answers an empty view (cursor 0)
+    // stamped with the time of the read: it names no incarnation yet, so it must not make the
+    // committed session that follows look recreated (which would drop the changes shown).
+    const incarnation = view.cursor > 0 ? view.created_at : null;
+    if (incarnation !== null && incarnation !== sessionCreatedAt) {
+      if (sessionCreatedAt !== null) {
+        shownChanges.length = 0;
+        addChanges([]);
+      }
+      sessionCreatedAt = incarnation;
     }
     renderView(view);
     return view;
   }
 
   async function step() {
+    // Right after a view read the stream is asked not to wait: its answer says the page is
+    // up to date (live) at once, instead of after a long poll on a quiet session.
+    let wait = WAIT_SECONDS;
     if (followCursor === null) {
       const view = await readView();
       if (view === null) return RETRY_MS;
       setFollowCursor(view.cursor);
       document.body.dataset.followedFrom = view.cursor;
+      wait = 0;
+    } else if (viewStale) {
+      if ((await readView()) === null) {
+        setFollowCursor(null);
+        return RETRY_MS;
+      }
+      wait = 0;
     }
-    const url = `${sessionUrl}/changes?after=${followCursor}&wait=${WAIT_SECONDS}` +
+    viewStale = false;
+    const url = `${sessionUrl}/changes?after=${followCursor}&wait=${wait}` +
       `&previews=${encodeURIComponent(previewTag)}`;
     const response = await api(url);
     if (response.status === 410 || response.status === 404) {
@@ -217,7 +341,7 @@
     }
     if (!response.ok) throw new Error(`changes: HTTP ${response.status}`);
     const page = await response.json();
-    setConnection("live");
+    streamAnswered();
     if (page.changes.length) {
       addChanges(page.changes);
       setFollowCursor(page.cursor);
@@ -239,7 +363,8 @@
       try {
         pause = await step();
       } catch (error) {
-        setConnection("offline");
+        connectionLost(error);
+        viewStale = true; // the view read may be what failed: read it again first
         pause = RETRY_MS;
       }
       if (pause) await sleep(pause);

@@ -14,7 +14,7 @@ import pytest
 
 from durable_host.config import NON_RUNNING
 from durable_host.orchestration import Episode, Outgoing
-from tests.store.test_store_contract import (
+from tests.store.contract_support import (
     T0,
     activity,
     at,

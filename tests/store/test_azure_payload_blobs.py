@@ -15,7 +15,7 @@ from azure.core.exceptions import ResourceNotFoundError
 
 from durable_host.store.azure.codec import INLINE_LIMIT, partition_key, payload_blob_dir
 from durable_host.store.base import EntityCommit
-from tests.store.test_store_contract import T0, at
+from tests.store.contract_support import T0, at
 
 ENTITY = "@session@big"
 

@@ -10,7 +10,7 @@ import pytest
 
 from durable_host.orchestration import Episode
 from durable_host.records import Completion
-from tests.store.test_store_contract import T0, activity, event, raised, started
+from tests.store.contract_support import T0, activity, event, raised, started
 
 RESULT = {"kind": "event", "event": {"EventType": 5, "TaskScheduledId": 0}}
 

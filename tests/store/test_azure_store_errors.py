@@ -11,7 +11,7 @@ from durable_host.orchestration import Episode
 from durable_host.store.azure.codec import partition_key
 from durable_host.store.azure.errors import StoreUnavailableError
 from durable_host.store.azure.faults import LostResponses
-from tests.store.test_store_contract import T0, activity, started
+from tests.store.contract_support import T0, activity, started
 
 
 @pytest.fixture

@@ -13,11 +13,11 @@ import pytest
 from durable_host.config import NON_RUNNING
 from durable_host.orchestration import Episode
 from durable_host.records import Completion
-from durable_host.store import sqlite as sqlite_store
+from durable_host.store import sqlite_tx
 from durable_host.store.base import StoreLostError
 from durable_host.store.sqlite import SqliteStore
+from tests.store.contract_support import T0, at, event, record, start_message
 from tests.store.test_step_commit import result, scheduled
-from tests.store.test_store_contract import T0, at, event, record, start_message
 
 
 async def same(store: Any, instance_id: str) -> Any:
@@ -120,7 +120,7 @@ def test_a_start_keeps_the_row_its_first_episode_reads(tmp_path) -> None:
 
 
 def test_sqlite_keeps_a_bounded_number_of_records(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(sqlite_store, "MAX_EPISODE_RECORDS", 3)
+    monkeypatch.setattr(sqlite_tx, "MAX_EPISODE_RECORDS", 3)
 
     async def body(store: SqliteStore, trips: list[str]) -> None:
         for n in range(6):

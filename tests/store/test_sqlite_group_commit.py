@@ -12,7 +12,7 @@ import pytest
 from durable_host.config import NON_RUNNING
 from durable_host.store.base import InstanceExistsError
 from durable_host.store.sqlite import SqliteStore
-from tests.store.test_store_contract import T0, raised, record, start_message, started
+from tests.store.contract_support import T0, raised, record, start_message, started
 
 
 def run(tmp_path: Path, body: Any) -> None:

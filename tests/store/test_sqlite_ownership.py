@@ -21,7 +21,7 @@ from durable_host.orchestration import Episode
 from durable_host.store.base import StoreError, StoreLockedError, StoreLostError
 from durable_host.store.sqlite import SqliteStore
 from durable_host.store.sqlite_guard import StoreCorruptError, StoreFailedError
-from tests.store.test_store_contract import T0, event, record, start_message
+from tests.store.contract_support import T0, event, record, start_message
 
 
 def run(body: Any) -> Any:

@@ -16,7 +16,7 @@ import pytest
 from durable_host.config import NON_RUNNING
 from durable_host.orchestration import Episode, Outgoing
 from durable_host.records import Completion
-from tests.store.test_store_contract import (
+from tests.store.contract_support import (
     T0,
     activity,
     at,

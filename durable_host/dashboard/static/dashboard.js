@@ -65,6 +65,7 @@ async function boot() {
   for (const n of app.entities) $("e-name").append(el("option", { value: n }, n));
   window.addEventListener("hashchange", route);
   $("filters").addEventListener("submit", (ev) => { ev.preventDefault(); listInstances("first"); });
+  $("f-sort").addEventListener("change", () => listInstances("first"));
   $("refresh").addEventListener("click", () => listInstances());
   $("first-page").addEventListener("click", () => listInstances("first"));
   $("next-page").addEventListener("click", () => listInstances("next"));
@@ -76,7 +77,7 @@ async function boot() {
 }
 
 function show(view) {
-  for (const id of ["instances-view", "instance-view", "entities-view"]) $(id).hidden = id !== view;
+  for (const id of ["instances-view", "instance-view", "entities-view", "timers-view"]) $(id).hidden = id !== view;
 }
 
 async function route() {
@@ -85,6 +86,9 @@ async function route() {
   if (hash.startsWith("#/instance/")) {
     show("instance-view");
     await showInstance(decodeURIComponent(hash.slice("#/instance/".length)));
+  } else if (hash.startsWith("#/timers")) {
+    show("timers-view");
+    await listTimers();
   } else if (hash.startsWith("#/entities")) {
     show("entities-view");
     await listEntities();
@@ -103,7 +107,33 @@ function filterQuery() {
   put("from", $("f-from").value);
   put("to", $("f-to").value);
   put("prefix", $("f-prefix").value.trim());
+  put("sort", $("f-sort").value);
   return q;
+}
+
+// Instances per runtime status under the filters (the status filter aside): each count is a
+// button that filters the list by its status (pressed again: any status).
+async function showCounts() {
+  const q = filterQuery();
+  q.delete("status");
+  q.delete("sort");
+  let data;
+  try { data = await call("GET", `${API}/counts?${q}`); } catch (e) { say(e.message); return; }
+  const chosen = $("f-status").value;
+  const chips = Object.entries(data.counts).map(([status, n]) => {
+    const chip = el("button", { type: "button", "data-status": status, "data-count": String(n) },
+      el("span", { className: "status", "data-status": status }, status), el("span", { className: "n" }, n));
+    chip.setAttribute("aria-pressed", String(status === chosen));
+    chip.addEventListener("click", () => {
+      $("f-status").value = $("f-status").value === status ? "" : status;
+      listInstances("first");
+    });
+    return chip;
+  });
+  const total = el("span", { className: "muted", id: "counts-total" },
+    `${data.total} instance${data.total === 1 ? "" : "s"}${data.complete ? "" : " counted (the scan stopped there: narrow the filters)"}`);
+  $("counts").replaceChildren(...chips, total);
+  $("counts").dataset.total = String(data.total);
 }
 
 async function listInstances(mode = "refresh") {
@@ -111,10 +141,15 @@ async function listInstances(mode = "refresh") {
   if (mode === "next" && nextToken) pageTokens.push(nextToken);
   const q = filterQuery();
   const token = pageTokens[pageTokens.length - 1];
-  if (token) q.set("after", token);
+  // id order pages with the store's token; a time order with an offset into it
+  if (token) q.set($("f-sort").value === "id" ? "after" : "offset", token);
   let data;
-  try { data = await call("GET", `${API}/instances?${q}`); } catch (e) { say(e.message); return; }
+  const counted = showCounts();
+  try { data = await call("GET", `${API}/instances?${q}`); } catch (e) { say(e.message); await counted; return; }
+  await counted;
   nextToken = data.next;
+  $("instances").dataset.sort = data.sort;
+  if (!data.complete) say(`Sorted among the first instances read; narrow the filters to see them all in ${data.sort} order.`);
   const body = $("instances").tBodies[0];
   body.replaceChildren(...data.instances.map((s) => el("tr", { "data-instance": s.instanceId, "data-status": s.runtimeStatus },
     el("td", {}, el("a", { href: `#/instance/${encodeURIComponent(s.instanceId)}` }, s.instanceId)),
@@ -146,7 +181,41 @@ async function showInstance(id) {
   $("history").tBodies[0].replaceChildren(...events.map((e) => el("tr", { "data-event": e.EventType },
     el("td", {}, when(e.Timestamp)), el("td", {}, e.EventType), el("td", {}, e.FunctionName || e.Name || ""),
     el("td", {}, detail(e)))));
+  drawFamily(status);
   drawTimeline(status, events);
+}
+
+function instanceLink(id) {
+  return el("a", { href: `#/instance/${encodeURIComponent(id)}`, "data-instance": id }, id);
+}
+
+// The parent (when this is a sub-orchestration) and the sub-orchestrations it started, as links.
+function drawFamily(status) {
+  const parent = status.parentInstanceId;
+  $("i-parent").replaceChildren(...(parent ? ["Sub-orchestration of ", instanceLink(parent)] : []));
+  $("i-parent").dataset.parent = parent || "";
+  const kids = status.subOrchestrations || [];
+  $("i-children-box").hidden = kids.length === 0;
+  $("i-children-count").textContent = status.subOrchestrationCount > kids.length
+    ? `(first ${kids.length} of ${status.subOrchestrationCount})` : `(${kids.length})`;
+  $("i-children").tBodies[0].replaceChildren(...kids.map((k) => el("tr", { "data-child": k.instanceId },
+    el("td", {}, instanceLink(k.instanceId)), el("td", {}, k.name),
+    el("td", {}, el("span", { className: "status", "data-status": k.runtimeStatus || "" }, k.runtimeStatus || "not started")))));
+}
+
+async function listTimers() {
+  let data;
+  try { data = await call("GET", `${API}/timers`); } catch (e) { say(e.message); return; }
+  $("t-zone").textContent = data.timeZone;
+  const body = $("timers").tBodies[0];
+  body.replaceChildren(...data.timers.map((t) => el("tr", { "data-timer": t.name, "data-next": t.next || "" },
+    el("td", {}, t.name, t.disabled ? el("span", { className: "muted" }, " (disabled)") : ""),
+    el("td", {}, el("code", {}, t.schedule), t.setting ? el("span", { className: "muted" }, ` from %${t.setting}%`) : ""),
+    el("td", { className: "next" }, t.next ? when(t.next) : "-"),
+    el("td", {}, t.last ? when(t.last) : "never"),
+    el("td", {}, t.useMonitor === null ? "-" : t.useMonitor ? "on" : "off"),
+    el("td", {}, t.runOnStartup ? "yes" : "no"))));
+  if (!data.timers.length) body.append(el("tr", {}, el("td", { colSpan: 6 }, "This app has no timer-triggered functions.")));
 }
 
 function detail(e) {

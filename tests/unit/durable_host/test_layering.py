@@ -12,11 +12,18 @@
 * ``kernel`` does no IO.
 * Telemetry lives in the shell: no core reaches ``opentelemetry``, and of the app only
   activities, the API and adapters do - never orchestrators, which replay, nor entities.
+* Every room is small: each Python file of the repository (host, app, tests, bench,
+  examples, scripts) has fewer than ``MAX_LINES`` lines.
+* The house has no import circles: no module of the repository reaches itself through the
+  run-time imports of the repository's own modules - deferred imports inside a function
+  count (they are a dependency all the same, only a later one); imports under
+  ``TYPE_CHECKING`` do not (they never run).
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,8 +64,12 @@ KERNEL_FORBIDDEN = (
 )
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+MAX_LINES = 700  # a room a reader takes in at once; split along its concepts past this
+SKIPPED_DIRS = ("node_modules", "build", "__pycache__")  # and every hidden one: .venv*, .git
+
+
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -80,10 +91,10 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _imports(path: Path, *, runtime_only: bool = False) -> set[str]:
+def _imports(path: Path, *, runtime_only: bool = False, root: Path = ROOT) -> set[str]:
     """Every dotted name ``path`` imports (``from a import b`` gives ``a`` and ``a.b``)."""
     tree = ast.parse(path.read_text(), str(path))
-    package = _module_name(path).split(".")
+    package = _module_name(path, root).split(".")
     if path.name != "__init__.py":
         package = package[:-1]
     found: set[str] = set()
@@ -243,3 +254,138 @@ def test_spans_are_never_made_by_replayed_code() -> None:
     ]
 
     assert violations == []
+
+
+def _python_files(root: Path) -> list[Path]:
+    """The repository's Python files: tracked or new (not ignored) ones when ``root`` is a
+    git checkout, else every one outside hidden folders, ``node_modules`` and ``build``."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", "*.py"],
+            cwd=root,
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout.decode()
+    except (OSError, subprocess.SubprocessError):
+        listed = ""
+    files = [root / name for name in listed.split("\0") if name]
+    if files:
+        return sorted(p for p in files if p.is_file())
+    return sorted(
+        p
+        for p in root.rglob("*.py")
+        if not any(
+            part.startswith(".") or part in SKIPPED_DIRS or part.endswith(".egg-info")
+            for part in p.relative_to(root).parts[:-1]
+        )
+    )
+
+
+def _oversized(root: Path) -> list[str]:
+    found = []
+    for path in _python_files(root):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines >= MAX_LINES:
+            found.append(
+                f"{path.relative_to(root)}: {lines} lines (a room has fewer than {MAX_LINES})"
+            )
+    return found
+
+
+def _import_graph(root: Path) -> dict[str, set[str]]:
+    """Each module of ``root`` and the modules of ``root`` it imports at run time.
+
+    ``from pkg import mod`` is an edge to ``pkg.mod`` when that is a module, else to
+    ``pkg``; an imported name outside the repository is no edge."""
+    modules = {_module_name(p, root): p for p in _python_files(root)}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges: set[str] = set()
+        imported = _imports(path, runtime_only=True, root=root)
+        for dotted in imported:
+            if dotted in modules:
+                if not any(o in modules and o.startswith(dotted + ".") for o in imported):
+                    edges.add(dotted)  # not only the ``pkg`` of ``from pkg import mod``
+                continue
+            # a name a module defines (``from a.b import f``): the module that holds it
+            holder = dotted.rpartition(".")[0]
+            while holder and holder not in modules:
+                holder = holder.rpartition(".")[0]
+            if holder:
+                edges.add(holder)
+        graph[name] = edges - {name}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(groups)
+
+
+def test_every_room_has_fewer_than_max_lines() -> None:
+    files = _python_files(ROOT)
+
+    assert len(files) > 100  # the scan sees the repository, not an empty folder
+    assert {"durable_host/engine.py", "tests/unit/durable_host/test_layering.py"} <= {
+        str(p.relative_to(ROOT)) for p in files
+    }
+    assert _oversized(ROOT) == []
+
+
+def test_the_house_has_no_import_circles() -> None:
+    graph = _import_graph(ROOT)
+
+    assert "durable_host.episodes" in graph["durable_host.engine"]  # the scan sees edges
+    assert "kernel.tools" in graph["kernel.skills"]
+    assert _circles(graph) == []
+
+
+def test_the_room_and_circle_rules_fail_on_a_house_that_breaks_them(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from pkg import a\n")  # a package's own: no circle
+    (pkg / "a.py").write_text("from pkg import b\n")
+    (pkg / "b.py").write_text("def f():\n    from pkg.c import g\n")  # deferred: counts
+    (pkg / "c.py").write_text("import pkg.a\n\ndef g(): ...\n")
+    (pkg / "d.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.e\n"
+    )
+    (pkg / "e.py").write_text("import pkg.d\n" + "x = 1\n" * MAX_LINES)
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / "big.py").write_text("x = 1\n" * MAX_LINES)  # not the house's
+
+    assert _circles(_import_graph(tmp_path)) == [["pkg.a", "pkg.b", "pkg.c"]]
+    assert _oversized(tmp_path) == [
+        f"pkg/e.py: {MAX_LINES + 1} lines (a room has fewer than {MAX_LINES})"
+    ]
