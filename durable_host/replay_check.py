@@ -11,7 +11,9 @@ instance gets one verdict:
 * ``nondeterministic`` - a recorded scheduling event that the code now asks for differently,
   or no longer asks for: ``event``, ``expected`` and ``actual`` name them in the words of the
   host's own ``NonDeterminismError``, and ``message`` is that error's text;
-* ``fails`` - the code raises while replaying the history (the instance would fail);
+* ``fails`` - the code raises while replaying the history, having asked for every call it
+  holds (the instance would fail); code that raises before asking for a recorded call is
+  ``nondeterministic``, as the host itself names it;
 * ``missing`` - the orchestrator is gone from the new code (or disabled);
 * ``other-version`` - the new code's ``versionMatchStrategy`` does not run the instance's
   version (``versioning.py``): it is not replayed. It counts as a failure only under

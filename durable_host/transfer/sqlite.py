@@ -33,6 +33,18 @@ from durable_host.transfer.protocol import (
 
 _PAGE = 500
 _CONTENT = ("instances", "inbox", "activities", "schedules")
+# Every table of the store's schema and what becomes of it here (a test keeps this complete):
+# the owner row is the file's own, never moved.
+TABLES = {
+    "instances": "moved",
+    "history": "moved",
+    "inbox": "moved",
+    "attempts": "moved",
+    "activities": "moved",
+    "schedules": "moved",
+    "host_secrets": "moved with --include-keys",
+    "owner": "the file's own",
+}
 
 
 class SqliteHub:

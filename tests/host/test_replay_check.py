@@ -183,3 +183,82 @@ def test_a_mix_of_selection_words_and_ids_is_bad_usage(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "not a mix" in done.stderr
+
+
+# --- the pure core, without a store ----------------------------------------------------------
+
+
+def _recorded_flow() -> tuple[Any, list[dict[str, Any]]]:
+    """A stored history: started, ``first`` scheduled, then its result in (and nothing else
+    asked for yet: the history ends as the code reads the result)."""
+    from durable_host import history as h
+    from durable_host.records import InstanceRecord
+
+    at = "2026-01-01T00:00:00.000000Z"
+    started = h.execution_started(
+        at=at, name="flow", instance_id="i1", execution_id="x1", input_json=None, version="1.0"
+    )
+    events = [
+        h.orchestrator_started(at),
+        started,
+        h.task_scheduled(0, at, "first", "1"),
+        h.orchestrator_completed(at),
+        h.orchestrator_started(at),
+        h.task_completed(0, at, "10"),
+    ]
+    return InstanceRecord("i1", "flow", "Running", "x1", "1.0"), events
+
+
+def _handle(body: Any) -> Any:
+    import azure.durable_functions as df
+
+    return df.Orchestrator.create(body)
+
+
+def test_judge_other_version_fails_the_gate_only_under_fail():
+    from durable_host import replay_check
+    from durable_host.versioning import FailureStrategy, MatchStrategy, VersionPolicy
+
+    record, events = _recorded_flow()
+    strict = VersionPolicy("2.0", MatchStrategy.STRICT, FailureStrategy.REJECT)
+
+    waits = replay_check.judge(record, events, None, strict)
+    fails = replay_check.judge(
+        record, events, None, VersionPolicy("2.0", MatchStrategy.STRICT, FailureStrategy.FAIL)
+    )
+
+    assert (waits.verdict, waits.failure) == ("other-version", False)
+    assert (fails.verdict, fails.failure) == ("other-version", True)
+    assert "defaultVersion '2.0'" in (waits.message or "")
+
+
+def test_judge_code_that_raises_while_replaying_fails():
+    from durable_host import replay_check
+    from durable_host.versioning import VersionPolicy
+
+    record, events = _recorded_flow()
+
+    def broken(context: Any) -> Any:
+        value = yield context.call_activity("first", 1)
+        raise KeyError(f"shape of {value}")
+
+    verdict = replay_check.judge(record, events, _handle(broken), VersionPolicy())
+
+    assert (verdict.verdict, verdict.failure) == ("fails", True)
+    assert "shape" in (verdict.message or "")
+
+
+def test_judge_code_that_no_longer_schedules_a_recorded_call_names_it():
+    from durable_host import replay_check
+    from durable_host.versioning import VersionPolicy
+
+    record, events = _recorded_flow()
+
+    def waits_only(context: Any) -> Any:
+        yield context.wait_for_external_event("go")
+
+    verdict = replay_check.judge(record, events, _handle(waits_only), VersionPolicy())
+
+    assert verdict.verdict == "nondeterministic"
+    assert verdict.event == "TaskScheduled #0" and verdict.expected == "activity 'first'"
+    assert "no longer" not in (verdict.actual or "") and verdict.actual

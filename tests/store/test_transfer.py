@@ -289,3 +289,15 @@ def test_the_file_is_streamed_and_verified_line_by_line(tmp_path):
     first = next(iter(fileformat.records(path)))
     assert isinstance(first, InstanceDump) and first.record.instance_id == "i0"
     assert not path.with_name("many.jsonl.partial").exists()
+
+
+def test_every_table_of_the_sqlite_schema_is_accounted_for():
+    """A table added to the store later must be moved (or said not to be) by the transfer."""
+    import re
+
+    from durable_host.store.sqlite_guard import OWNER_SCHEMA
+    from durable_host.store.sqlite_sql import SCHEMA
+    from durable_host.transfer.sqlite import TABLES
+
+    tables = set(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA + OWNER_SCHEMA))
+    assert tables == set(TABLES)
