@@ -301,3 +301,22 @@ def test_every_table_of_the_sqlite_schema_is_accounted_for():
 
     tables = set(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA + OWNER_SCHEMA))
     assert tables == set(TABLES)
+
+
+@pytest.mark.timeout(300)
+def test_azure_export_refuses_a_hub_a_host_serves_and_writes_no_file(tmp_path, azurite_connection):
+    env = {
+        "AzureWebJobsStorage": azurite_connection,
+        "DURABLE_HOST_HUB": "Tb" + os.urandom(6).hex(),
+    }
+    host = HostProcess(APP, "azure", env=dict(env)).start()
+    try:
+        out = tmp_path / "hub.jsonl"
+        done = cli("export", "--app-dir", str(APP), "--store", "azure", "--out", str(out), env=env)
+        assert host.status("missing") is None  # the host still serves
+    finally:
+        host.kill()
+
+    assert done.returncode == 2
+    assert "stop the host first" in done.stderr
+    assert not out.exists() and not out.with_name("hub.jsonl.partial").exists()
