@@ -25,7 +25,8 @@ instance gets one verdict:
 The exit status is 1 when any verdict is a failure, else 0 (2: bad usage, store or app).
 Default selection: every orchestration not yet ended (Pending, Running, Suspended,
 ContinuedAsNew); ``all`` adds the ended ones. A pending instance (or one between executions
-of a continue-as-new) has no history to replay; only its orchestrator and version are checked.
+of a continue-as-new) has no history of the execution it will run; only its orchestrator and
+version are checked.
 
 The store is opened read-only (no lock, no lease, no index build), so the check runs beside
 a host that serves the hub; the store is read one page of instances at a time.
@@ -59,6 +60,7 @@ UNREADABLE = "unreadable"
 NOT_FOUND = "not-found"
 
 NOT_ENDED = tuple(s for s in RuntimeStatus if s not in TERMINAL)
+_NOT_REPLAYED = (RuntimeStatus.PENDING, RuntimeStatus.CONTINUED_AS_NEW)
 PAGE = 100
 
 # The two shapes of ``shim.NonDeterminismError``: a changed action, or a recorded one the code
@@ -174,6 +176,11 @@ def judge(
     if handle is None:
         verdict.verdict, verdict.failure = MISSING, True
         verdict.message = missing_orchestrator_message(record.name)
+        return verdict
+    if record.status in _NOT_REPLAYED:
+        # Its next episode starts an execution (a start, a continue-as-new, a rewind's
+        # restart) from its start message: no stored history of it exists yet.
+        verdict.message = f"{record.status}: its next execution starts afresh, nothing to replay"
         return verdict
     replayed = [e for e in events if e["EventType"] != EventType.EXECUTION_COMPLETED]
     if not any(e["EventType"] == EventType.EXECUTION_STARTED for e in replayed):

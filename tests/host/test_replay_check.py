@@ -262,3 +262,20 @@ def test_judge_code_that_no_longer_schedules_a_recorded_call_names_it():
     assert verdict.verdict == "nondeterministic"
     assert verdict.event == "TaskScheduled #0" and verdict.expected == "activity 'first'"
     assert "no longer" not in (verdict.actual or "") and verdict.actual
+
+
+@pytest.mark.parametrize("status", ["Pending", "ContinuedAsNew"])
+def test_judge_an_instance_between_executions_has_nothing_to_replay(status):
+    from durable_host import replay_check
+    from durable_host.versioning import VersionPolicy
+
+    record, events = _recorded_flow()
+    record.status = status
+
+    def changed(context: Any) -> Any:
+        yield context.wait_for_external_event("go")  # would not match the old execution
+
+    verdict = replay_check.judge(record, events, _handle(changed), VersionPolicy())
+
+    assert (verdict.verdict, verdict.failure) == ("ok", False)
+    assert "nothing to replay" in (verdict.message or "")
