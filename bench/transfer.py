@@ -11,7 +11,10 @@ size.
 The hub is built through the transfer's own SQLite writer (as an import would build it), so
 building it does not take a host N episodes.
 
-Usage: ``python bench/transfer.py [--instances 10000]``
+``--azure`` also imports the file into a hub on an in-memory Azurite (which the bench starts)
+and exports it from there: Azurite's numbers, not a storage account's.
+
+Usage: ``python bench/transfer.py [--instances 10000] [--azure]``
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import resource
 import sys
 import tempfile
@@ -30,6 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from durable_host import azurite
 from durable_host import config as config_mod
 from durable_host import history as h
 from durable_host.records import InstanceRecord
@@ -102,7 +107,9 @@ def timed(call: Coroutine[Any, Any, int]) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--instances", type=int, default=10_000)
-    count = parser.parse_args().instances
+    parser.add_argument("--azure", action="store_true", help="also into and out of Azurite")
+    args = parser.parse_args()
+    count, azure = args.instances, args.azure
     with tempfile.TemporaryDirectory() as tmp:
         source, target, file = Path(tmp, "a.db"), Path(tmp, "b.db"), Path(tmp, "hub.jsonl")
         asyncio.run(build(source, count))
@@ -119,6 +126,32 @@ def main() -> None:
             f"import: {count} instances in {seconds:.2f}s = {count / seconds:,.0f} instances/s,"
             f" peak RSS {rss:.0f} MiB (verify, then write in one transaction)"
         )
+        if azure:
+            run_azure(cfg, count, file, Path(tmp))
+
+
+def run_azure(cfg: config_mod.HostConfig, count: int, file: Path, tmp: Path) -> None:
+    """The same file into a hub on an in-memory Azurite, and exported from it again."""
+    ports = azurite.free_ports(3)
+    emulator = azurite.start(
+        None, (ports[0], ports[1], ports[2]), in_memory=True, log=tmp / "azurite.log"
+    )
+    os.environ["AzureWebJobsStorage"] = emulator.connection_string
+    os.environ["DURABLE_HOST_HUB"] = "BenchTransfer"
+    try:
+        seconds, rss = timed(commands.import_hub(cfg, "azure", file))
+        print(
+            f"import into Azure Storage (Azurite): {count} instances in {seconds:.2f}s ="
+            f" {count / seconds:,.0f} instances/s, peak RSS {rss:.0f} MiB"
+        )
+        again = tmp / "from-azure.jsonl"
+        seconds, rss = timed(commands.export_hub(cfg, "azure", again, False))
+        print(
+            f"export from Azure Storage (Azurite): {count} instances in {seconds:.2f}s ="
+            f" {count / seconds:,.0f} instances/s, peak RSS {rss:.0f} MiB"
+        )
+    finally:
+        emulator.stop()
 
 
 if __name__ == "__main__":

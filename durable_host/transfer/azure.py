@@ -67,6 +67,7 @@ from durable_host.transfer.protocol import (
     NamedText,
 )
 
+PARALLEL = 32  # partitions read or written at once (the table client's own limit is 32)
 LEASE_WAIT = 8.0  # seconds: a live host renews well within it; a stopped one released it
 _TEXTS = (
     ("Input", "input_json"),
@@ -114,11 +115,15 @@ class AzureHub:
         pages = self.tables.table.query_entities(
             "RowKey eq @head", parameters={"head": HEAD_ROW}, select=["PartitionKey"]
         )
+        batch: list[str] = []
         async for entity in pages:
-            dump, work = await self._partition(entity["PartitionKey"])
-            if dump is not None:
-                yield dump
-            works.extend(work)  # small rows; written after every instance, as SQLite does
+            batch.append(entity["PartitionKey"])
+            if len(batch) >= PARALLEL:
+                async for dump in self._partitions(batch, works):
+                    yield dump
+                batch = []
+        async for dump in self._partitions(batch, works):
+            yield dump
         for work_item in works:
             yield work_item
         for kind, prefix in _NAMED:
@@ -129,6 +134,17 @@ class AzureHub:
                 value = await getattr(self.store, f"get_{kind}")(name)
                 if value is not None:
                     yield NamedText(kind, name, value)
+
+    async def _partitions(
+        self, partitions: list[str], works: list[ActivityDump]
+    ) -> AsyncIterator[InstanceDump]:
+        """A batch of partitions read at once (each is a few round trips), in their order;
+        their work items are kept for the end (small rows, as SQLite lists them last)."""
+        found = await asyncio.gather(*(self._partition(p) for p in partitions))
+        for dump, work in found:
+            works.extend(work)
+            if dump is not None:
+                yield dump
 
     async def _partition(self, partition: str) -> tuple[InstanceDump | None, list[ActivityDump]]:
         head = await self.tables.read_head(partition)
@@ -200,13 +216,21 @@ class AzureHub:
         await self.check_empty()
         written: list[str] = []
         count = 0
+        batch: list[Item] = []
         try:
             if isinstance(items, AsyncIterator):
                 async for item in items:
-                    count += await self._write(item, written)
+                    batch.append(item)
+                    if len(batch) >= PARALLEL:
+                        count += await self._write_batch(batch, written)
+                        batch = []
             else:
                 for item in items:
-                    count += await self._write(item, written)
+                    batch.append(item)
+                    if len(batch) >= PARALLEL:
+                        count += await self._write_batch(batch, written)
+                        batch = []
+            count += await self._write_batch(batch, written)
         except BaseException:
             await self._undo(written)
             raise
@@ -218,6 +242,17 @@ class AzureHub:
         )
         return count
 
+    async def _write_batch(self, batch: list[Item], written: list[str]) -> int:
+        """Items written at once: each instance is its own partition (one transaction)."""
+        # Note every target before writing, so a failure undoes the ones in flight too.
+        results = await asyncio.gather(
+            *(self._write(item, written) for item in batch), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return sum(r for r in results if isinstance(r, int))
+
     async def _drop_built_mark(self) -> None:
         async for _ in self.tables.index.query_entities(
             "PartitionKey eq @pk", parameters={"pk": BUILT[0]}
@@ -228,10 +263,10 @@ class AzureHub:
     async def _write(self, item: Item, written: list[str]) -> int:
         if isinstance(item, NamedText):
             prefix = dict(_NAMED)[item.kind]
+            written.append("blob:" + prefix + item.name)
             await self.tables.container.upload_blob(
                 prefix + item.name, item.value.encode(), overwrite=True
             )
-            written.append("blob:" + prefix + item.name)
             return 0
         if isinstance(item, ActivityDump):
             partition = partition_key(item.instance_id)
@@ -242,9 +277,9 @@ class AzureHub:
                 Name=item.name,
                 DequeueCount=item.dequeue_count,
             )
+            written.append(partition)
             await self.tables.put_text(row, "Input", item.input_json)
             await self._insert([row])
-            written.append(partition)
             return 0
         partition = partition_key(item.record.instance_id)
         written.append(partition)
