@@ -83,6 +83,8 @@ async def export_hub(cfg: config_mod.HostConfig, spec: str | None, out: Path, ke
         except BaseException:
             writer.abort()
             raise
+    except REFUSED as exc:  # an unwritable --out, a full disk, the store failing
+        return _refuse(f"export failed, no file written: {exc}")
     finally:
         await hub.close()
     if keys:

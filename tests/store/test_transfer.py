@@ -320,3 +320,11 @@ def test_azure_export_refuses_a_hub_a_host_serves_and_writes_no_file(tmp_path, a
     assert done.returncode == 2
     assert "stop the host first" in done.stderr
     assert not out.exists() and not out.with_name("hub.jsonl.partial").exists()
+
+
+def test_export_to_a_directory_that_does_not_exist_is_refused_in_one_line(moved, tmp_path):
+    done = export(moved["source"], tmp_path / "no" / "such" / "hub.jsonl")
+
+    assert done.returncode == 2
+    assert done.stderr.startswith("durable host: export failed, no file written:")
+    assert "Traceback" not in done.stderr
