@@ -1,7 +1,13 @@
 """Command line: ``python -m durable_host start [--app-dir DIR] [--host H] [--port P] [--store S]
 [--auth keys|off] [--public-url URL] [--exit-when-idle SECONDS [--wake-file PATH]]``,
 ``python -m durable_host keys [--app-dir DIR] [--store S] [--json]`` and
-``python -m durable_host next-wake [--app-dir DIR] [--store S]``.
+``python -m durable_host next-wake [--app-dir DIR] [--store S]`` and
+``python -m durable_host replay-check [--app-dir NEW] [--store S] [--instances
+running|all|ID...] [--json]`` (``durable_host/replay_check.py``: exit 1 when a stored
+instance would fail under the new code), ``python -m durable_host export [--app-dir DIR]
+[--store S] --out FILE [--include-keys]`` and ``python -m durable_host import [--app-dir DIR]
+[--store S] FILE`` (``durable_host/transfer/``: a stopped host's hub, running work included,
+to a file and into an empty hub).
 
 ``--exit-when-idle``: stop (exit 0) once nothing has been runnable for that long, printing
 one JSON line ``{"event": "idle-exit", "next_wake": ...}`` (and writing it to
@@ -30,12 +36,14 @@ import signal
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from durable_host import config as config_mod
 from durable_host import keys as keys_mod
 from durable_host import loader, local_settings, logs, timer_triggers, wake
+from durable_host import replay_check as replay_check_mod
 from durable_host.host import STARTUP_ERRORS, Host, open_store
+from durable_host.transfer import commands
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,7 +104,34 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     keys.add_argument("--app-dir", default=".", type=Path)
     keys.add_argument("--store", default=None, help="as for start")
     keys.add_argument("--json", action="store_true", help="print one JSON object")
+    check = sub.add_parser(
+        "replay-check", help="replay stored histories against new code (writes nothing)"
+    )
+    check.add_argument("--app-dir", default=".", type=Path, help="the new code")
+    check.add_argument("--store", default=None, help="as for start")
+    check.add_argument(
+        "--instances",
+        nargs="+",
+        default=["running"],
+        metavar="running|all|ID",
+        help="default: every instance not yet ended",
+    )
+    check.add_argument("--json", action="store_true", help="print one JSON object")
+    export = sub.add_parser("export", help="write a stopped host's task hub to a file")
+    export.add_argument("--app-dir", default=".", type=Path)
+    export.add_argument("--store", default=None, help="as for start")
+    export.add_argument("--out", required=True, type=Path, help="the hub file to write")
+    export.add_argument(
+        "--include-keys", action="store_true", help="also the host's keys (the file holds secrets)"
+    )
+    imp = sub.add_parser("import", help="load a hub file into an empty task hub")
+    imp.add_argument("--app-dir", default=".", type=Path)
+    imp.add_argument("--store", default=None, help="as for start")
+    imp.add_argument("file", type=Path, help="a file written by export")
     args = parser.parse_args(argv)
+    words = {"running", "all"} & set(getattr(args, "instances", ()))
+    if words and len(args.instances) > 1:
+        parser.error("--instances takes running, all, or instance ids, not a mix")
     if getattr(args, "wake_file", None) is not None and args.exit_when_idle is None:
         parser.error("--wake-file needs --exit-when-idle")
     return args
@@ -229,6 +264,52 @@ async def show_keys(args: argparse.Namespace) -> int:
     return 0
 
 
+async def replay_check(args: argparse.Namespace) -> int:
+    try:
+        app_dir = Path(args.app_dir).resolve()
+        config_mod.apply_local_settings(app_dir)
+        cfg = config_mod.load(app_dir)
+        index = loader.load_app(app_dir)
+        store = open_store(args.store, cfg, read_only=True)
+        await store.open()
+        try:
+            verdicts = [
+                v
+                async for v in replay_check_mod.check(
+                    store, lambda name: _orchestrator(index, name), cfg.versioning, args.instances
+                )
+            ]
+        finally:
+            await store.close()
+    except STARTUP_ERRORS as exc:
+        print(f"durable host: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(replay_check_mod.report_json(verdicts))
+    else:
+        for line in replay_check_mod.report_text(verdicts):
+            print(line)
+    return 1 if replay_check_mod.summary(verdicts)["failed"] else 0
+
+
+async def transfer(args: argparse.Namespace) -> int:
+    try:
+        app_dir = Path(args.app_dir).resolve()
+        config_mod.apply_local_settings(app_dir)
+        cfg = config_mod.load(app_dir)
+    except STARTUP_ERRORS as exc:
+        print(f"durable host: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "export":
+        return await commands.export_hub(cfg, args.store, args.out, args.include_keys)
+    return await commands.import_hub(cfg, args.store, args.file)
+
+
+def _orchestrator(index: loader.AppIndex, name: str) -> Any:
+    info = index.orchestrator(name)
+    return info.fn if info is not None and not info.disabled else None
+
+
 def _key_lines(found: dict[str, object]) -> list[str]:
     def row(key: dict[str, str], label: str) -> str:
         setting = f"   (from {key['setting']})" if key.get("setting") else ""
@@ -260,6 +341,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "keys":
         logs.configure("WARNING", "text")
         return asyncio.run(show_keys(args))
+    if args.command in ("export", "import"):
+        logs.configure("WARNING", "text")
+        return asyncio.run(transfer(args))
+    if args.command == "replay-check":
+        logs.configure("WARNING", "text")
+        return asyncio.run(replay_check(args))
     if args.command == "next-wake":
         logs.configure("WARNING", "text")
         return asyncio.run(next_wake(args))

@@ -21,7 +21,7 @@ from typing import Any
 import azure.durable_functions as df
 import pytest
 
-from durable_host import orchestration, wire
+from durable_host import orchestration, replay_check, wire
 from durable_host import shim as shim_mod
 from durable_host.history import EventType
 from orchestrators import (
@@ -62,21 +62,16 @@ class GoldenMismatch(AssertionError):
 def replay(
     recorded: dict[str, Any], handles: dict[str, Callable[[str], str]] | None = None
 ) -> tuple[shim_mod.Shim, wire.OrchestratorState]:
+    """The recorded history through today's code, as ``replay-check`` replays a stored one
+    (``durable_host.replay_check.replay``: one code path for both)."""
     handle = (handles or HANDLES)[recorded["orchestrator"]]
     events = [e for e in recorded["events"] if e["EventType"] != EventType.EXECUTION_COMPLETED]
-    started = next(e for e in events if e["EventType"] == EventType.EXECUTION_STARTED)
-    execution_id = started["OrchestrationInstance"]["ExecutionId"]
-    request = wire.encode_orchestration_request(
-        recorded["instance_id"], events, started.get("Input"), recorded["parent_instance_id"]
+    replayed = replay_check.replay(
+        handle, recorded["instance_id"], events, recorded["parent_instance_id"]
     )
-    decided = wire.decode_orchestrator_state(handle(request))
-    view = orchestration.InstanceView(
-        recorded["instance_id"], "Running", execution_id, events, recorded["orchestrator"]
-    )
-    shim = shim_mod.Shim(view, events, events[-1]["Timestamp"], execution_id)
-    resolved = shim.walk(decided.actions)
-    shim.check_replayed()
-    assert resolved, "the replay waits for something the history never gave"
+    assert replayed.decided.raw_failure is None, replayed.decided.raw_failure
+    assert replayed.resolved, "the replay waits for something the history never gave"
+    shim, decided = replayed.shim, replayed.decided
     return shim, decided
 
 
