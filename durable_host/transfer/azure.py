@@ -1,9 +1,10 @@
 """The transfer protocol on Azure Storage: a hub table and its container read or written whole.
 
-Both sides take the **hub lease** as a host does (``HubLease``), waiting a few seconds at
-most: a host that serves the hub keeps renewing it, so the transfer refuses (``HubBusyError``)
-instead of waiting as a standby. Holding the lease fences any host off the hub while the
-transfer runs.
+Both sides take **every partition's lease** of the hub (``HubPartitions``, as a host takes
+its share), waiting a few seconds at most: a host that serves the hub keeps renewing the
+partitions it holds, so the transfer refuses (``HubBusyError``) instead of waiting. Holding
+all of them fences every host off the hub while the transfer runs; they are renewed in the
+background for as long as it takes.
 
 Export reads one partition (one instance) at a time, in PartitionKey order, through the
 store's own readers: each partition's last commit is settled first (``CommitProtocol.settle``:
@@ -19,7 +20,7 @@ transaction per partition, and then removes the index's ``built`` mark, so the f
 that opens the hub builds the index from the rows (``HubIndex.build``): every inbox message
 and work item gets its hint, timers included. Azure Storage has no transaction across
 partitions, so "all or nothing" is kept this way: the file is verified before anything is
-written, the hub is checked empty under the lease, and if a write fails the partitions
+written, the hub is checked empty under the leases, and if a write fails the partitions
 already written are deleted again before the error is reported. Only a crash of the import
 process itself can leave a partial hub; a second import then refuses it as not empty, and
 the hub must be cleared (its table, index table and container deleted) before trying again.
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -54,7 +56,12 @@ from durable_host.store.azure.codec import (
     work_row_key,
 )
 from durable_host.store.azure.index import BUILT
-from durable_host.store.azure.lease import HubLease
+from durable_host.store.azure.partitions import (
+    HOSTS_PREFIX,
+    HUB_BLOB,
+    PARTITIONS_PREFIX,
+    HubPartitions,
+)
 from durable_host.store.azure.rows import HubRows
 from durable_host.store.azure.store import AzureStore
 from durable_host.transfer.protocol import (
@@ -85,28 +92,48 @@ class AzureHub:
         self.tables = store.tables
         self.rows = HubRows(store.tables)
         self._ids = MessageIds()
+        self._renewal: asyncio.Task[None] | None = None
 
     async def open_quiet(self) -> None:
         await self.store.open()
         await self.tables.create()
-        lease = HubLease(
-            self.tables.container.get_blob_client("owner"),
+        hub = self.store.hub
+        partitions = HubPartitions(
+            self.tables.container,
+            self.store.partition_count,
             self.store.lease_seconds,
             self.tables.writer,
-            None,
         )
         try:
-            await asyncio.wait_for(lease.acquire(self.store.hub), LEASE_WAIT)
+            await asyncio.wait_for(partitions.prepare(hub), LEASE_WAIT)
+            deadline = time.monotonic() + LEASE_WAIT
+            while True:
+                for unit in partitions.units:
+                    await partitions.acquire(unit, None)
+                if partitions.held() == set(partitions.units) or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.5)
         except TimeoutError:
+            pass
+        if partitions.held() != set(partitions.units):
+            await partitions.close()
             await self.store.close()
             raise HubBusyError(
-                f"task hub {self.store.hub} is owned by a running host (its lease is held):"
-                " stop the host first"
-            ) from None
-        self.tables.lease = lease
+                f"task hub {hub} is owned by a running host (its partitions' leases are"
+                " held): stop the host first"
+            )
+        self.tables.fence = partitions
+        self._renewal = asyncio.create_task(self._renew(partitions))
+
+    async def _renew(self, partitions: HubPartitions) -> None:
+        while True:
+            await asyncio.sleep(partitions.seconds / 3)
+            await partitions.renew_all()
 
     async def close(self) -> None:
-        await self.store.close()  # gives the lease back
+        if self._renewal is not None:
+            self._renewal.cancel()
+        await self.store.close()  # gives the leases back
 
     # --- export -------------------------------------------------------------------------
 
@@ -199,7 +226,7 @@ class AzureHub:
         blobs = [
             b.name
             async for b in self.tables.container.list_blobs()
-            if not b.name.startswith(("owner", "secrets/"))
+            if not b.name.startswith((HUB_BLOB, PARTITIONS_PREFIX, HOSTS_PREFIX, "secrets/"))
         ]
         if found or blobs:
             raise HubNotEmptyError(
@@ -293,7 +320,7 @@ class AzureHub:
         record, generation = item.record, new_generation()
         ids = [self._ids.next() for _ in item.inbox]
         head = self._row(partition, HEAD_ROW)
-        lease = self.tables.lease
+        fence = self.tables.fence
         head.update(
             Name=record.name,
             Status=record.status,
@@ -302,7 +329,7 @@ class AzureHub:
             Gen=generation,
             Count=len(item.history),
             Floor=f"{0:020d}",
-            Epoch=lease.epoch if lease is not None else 0,
+            Epoch=fence.epoch_of(partition) if fence is not None else 0,
             EntityExists=record.entity_exists,
         )
         for key, value in (
