@@ -181,10 +181,10 @@ class Database:
         async with self.pool.connection() as conn:
             committing = False
             try:
-                # Pipeline mode: the statements go out without waiting for each answer; a
-                # result read (a RETURNING, the fence) waits for those before it; a rowcount is
-                # not known before that, so the statements that need one use RETURNING.
-                async with conn.pipeline(), conn.transaction():
+                # Not in pipeline mode: under terminated sessions it let a step apply twice
+                # (docs/postgres.md, "Not done yet"); one answer per statement until that is
+                # understood.
+                async with conn.transaction():
                     fence = await self._fence(conn) if fenced else None
                     result = await body(conn)
                     if fence is not None:
