@@ -11,10 +11,11 @@ row, whatever their number, keeps this right when ownership is split into severa
 
 Export reads in one ``REPEATABLE READ READ ONLY`` transaction (one snapshot), a page of
 instances at a time, with their histories, inboxes and attempts read per page. Import
-writes everything in one transaction: the lease rows are locked ``FOR UPDATE`` with this
-transfer's owner (fenced), the hub is checked empty inside it, and the records are copied
-in pages (``COPY``); a failure anywhere (a bad line found late, a full disk, a crash) rolls
-it all back. Inbox messages and work items get new ids in their original order.
+writes everything in one transaction: the lease rows are share-locked with this transfer's
+owner (``FOR KEY SHARE``, the host's fence: renewals go on, a takeover waits), the hub is
+checked empty inside it, and the records are copied in pages (``COPY``); a failure anywhere
+(a bad line found late, a full disk, a crash) rolls it all back. Inbox messages and work
+items get new ids in their original order.
 """
 
 from __future__ import annotations
@@ -196,9 +197,10 @@ class PostgresHub:
         assert pool is not None, "open_quiet first"
         try:
             async with pool.connection() as conn, conn.transaction():
-                # The fence: the rows this transfer took, still its own, locked until COMMIT.
+                # The fence, as a host's: the rows this transfer took, still its own, share
+                # locked until COMMIT (renewals go on; a takeover waits for the COMMIT).
                 cur = await conn.execute(
-                    "SELECT 1 FROM lease WHERE owner = %s FOR UPDATE", (self.owner,)
+                    "SELECT 1 FROM lease WHERE owner = %s FOR KEY SHARE", (self.owner,)
                 )
                 if len(await cur.fetchall()) != self._held:
                     raise HubBusyError(f"{self.hub} was taken over by a host during the import")

@@ -183,9 +183,12 @@ def postgres_rows(env: dict[str, str]) -> dict[str, tuple[int, str | None]] | No
         return found
 
 
-def hop(store: str, path: Path, env: dict[str, str], tmp_path: Path, name: str) -> Path:
+def hop(
+    store: str, path: Path, env: dict[str, str], tmp_path: Path, name: str, exact: bool = False
+) -> Path:
     """Import ``path`` into an empty hub (a second import refused), export it again before
-    any host runs there (the next hop's file), then let a host finish the work there."""
+    any host runs there (the next hop's file; ``exact``: record for record the file it
+    came from), then let a host finish the work there."""
     into = cli("import", "--app-dir", str(APP), "--store", store, str(path), env=env)
     assert into.returncode == 0, into.stderr
     again = cli("import", "--app-dir", str(APP), "--store", store, str(path), env=env)
@@ -194,6 +197,8 @@ def hop(store: str, path: Path, env: dict[str, str], tmp_path: Path, name: str) 
     done = cli("export", "--app-dir", str(APP), "--store", store, "--out", str(out), env=env)
     assert done.returncode == 0, done.stderr
     assert fileformat.verify(out).instances == fileformat.verify(path).instances
+    if exact:
+        assert list(fileformat.records(out)) == list(fileformat.records(path))
 
     effects = tmp_path / f"{name}-marks.txt"
     results = run_to_the_end(store, {**env, "TRANSFER_APP_MARKS": str(effects)})
@@ -211,7 +216,9 @@ def test_a_round_trip_sqlite_azure_postgres_sqlite_finishes_after_each_hop(
         "DURABLE_HOST_HUB": "Tx" + os.urandom(6).hex(),
     }
     from_azure = hop("azure", moved["file"], azure_env, tmp_path, "azure")
-    from_postgres = hop("postgres", from_azure, postgres_hub(postgres_url), tmp_path, "postgres")
+    from_postgres = hop(
+        "postgres", from_azure, postgres_hub(postgres_url), tmp_path, "postgres", exact=True
+    )
 
     target = f"sqlite:{tmp_path / 'c.db'}"
     assert import_(target, from_postgres).returncode == 0
