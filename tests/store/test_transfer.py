@@ -183,6 +183,15 @@ def postgres_rows(env: dict[str, str]) -> dict[str, tuple[int, str | None]] | No
         return found
 
 
+def lease_owners(env: dict[str, str]) -> list[str | None]:
+    import psycopg
+
+    schema = f"dh_{env['DURABLE_HOST_HUB'].lower()}"
+    with psycopg.connect(env["DURABLE_HOST_POSTGRES"], autocommit=True) as conn:
+        rows = conn.execute(f'SELECT owner FROM "{schema}".lease ORDER BY id').fetchall()
+    return [r[0] for r in rows]
+
+
 def hop(
     store: str, path: Path, env: dict[str, str], tmp_path: Path, name: str, exact: bool = False
 ) -> Path:
@@ -406,6 +415,8 @@ def test_an_import_into_a_used_postgres_hub_is_refused_and_changes_nothing(
     assert again.returncode == 2
     assert "is not empty" in again.stderr and "nothing was written" in again.stderr
     assert postgres_rows(env) == before
+    owners = lease_owners(env)
+    assert owners and set(owners) == {None}  # handed back: a host starts at once
 
 
 @pytest.mark.timeout(300)
