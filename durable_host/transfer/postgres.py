@@ -27,6 +27,7 @@ from typing import Any
 
 import psycopg
 
+from durable_host import faults
 from durable_host.store.azure.lease import is_dead_process_here
 from durable_host.store.postgres.database import Conn
 from durable_host.store.postgres.sql import COLUMNS, instance_record
@@ -328,3 +329,4 @@ class _Batch:
                 for row in rows:
                     await copy.write_row(row)
         self.rows.clear()
+        faults.hit("transfer.import.page")  # crash tests: SIGKILL with a page copied

@@ -419,6 +419,29 @@ def test_an_import_into_a_used_postgres_hub_is_refused_and_changes_nothing(
     assert owners and set(owners) == {None}  # handed back: a host starts at once
 
 
+def test_a_postgres_import_killed_before_its_commit_leaves_an_empty_hub(
+    moved, tmp_path, postgres_url
+):
+    """SIGKILL with every record copied, before the COMMIT: nothing stays, and the next
+    import takes the dead transfer's hold at once (a process of this machine that is gone)."""
+    env = postgres_hub(postgres_url)
+    store = ("--store", "postgres", str(moved["file"]))
+    killed = cli(
+        "import", "--app-dir", str(APP), *store, env={**env, "DURABLE_HOST_FAULTS": "transfer.*"}
+    )
+    assert killed.returncode == -9, killed.stderr
+    rows = postgres_rows(env)
+    assert rows is not None and rows["instances"][0] == rows["history"][0] == 0
+    owners = lease_owners(env)
+    assert owners and None not in owners  # the dead transfer's hold, never handed back
+
+    again = cli("import", "--app-dir", str(APP), *store, env=env)
+
+    assert again.returncode == 0, again.stderr
+    rows = postgres_rows(env)
+    assert rows is not None and rows["instances"][0] == 7
+
+
 @pytest.mark.timeout(300)
 def test_postgres_export_and_import_refuse_a_hub_a_host_serves(moved, tmp_path, postgres_url):
     env = postgres_hub(postgres_url)
