@@ -12,9 +12,11 @@ The hub is built through the transfer's own SQLite writer (as an import would bu
 building it does not take a host N episodes.
 
 ``--azure`` also imports the file into a hub on an in-memory Azurite (which the bench starts)
-and exports it from there: Azurite's numbers, not a storage account's.
+and exports it from there: Azurite's numbers, not a storage account's. ``--postgres`` does
+the same with a hub on PostgreSQL: on the server ``DURABLE_HOST_POSTGRES`` names, else on a
+private server the bench starts (Debian's ``postgresql`` binaries, as the tests use them).
 
-Usage: ``python bench/transfer.py [--instances 10000] [--azure]``
+Usage: ``python bench/transfer.py [--instances 10000] [--azure] [--postgres]``
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--instances", type=int, default=10_000)
     parser.add_argument("--azure", action="store_true", help="also into and out of Azurite")
+    parser.add_argument("--postgres", action="store_true", help="also into and out of PostgreSQL")
     args = parser.parse_args()
     count, azure = args.instances, args.azure
     with tempfile.TemporaryDirectory() as tmp:
@@ -128,6 +131,8 @@ def main() -> None:
         )
         if azure:
             run_azure(cfg, count, file, Path(tmp))
+        if args.postgres:
+            run_postgres(cfg, count, file, Path(tmp))
 
 
 def run_azure(cfg: config_mod.HostConfig, count: int, file: Path, tmp: Path) -> None:
@@ -152,6 +157,36 @@ def run_azure(cfg: config_mod.HostConfig, count: int, file: Path, tmp: Path) -> 
         )
     finally:
         emulator.stop()
+
+
+def run_postgres(cfg: config_mod.HostConfig, count: int, file: Path, tmp: Path) -> None:
+    """The same file into a new hub on PostgreSQL, and exported from it again."""
+    server = None
+    if not os.environ.get("DURABLE_HOST_POSTGRES"):
+        from tests.postgres_server import PostgresServer, find_bindir
+
+        bindir = find_bindir()
+        if bindir is None:
+            raise SystemExit("--postgres: set DURABLE_HOST_POSTGRES or install postgresql")
+        server = PostgresServer(bindir).start()
+        os.environ["DURABLE_HOST_POSTGRES"] = server.url
+    os.environ["DURABLE_HOST_HUB"] = "BenchTransfer" + os.urandom(4).hex()
+    try:
+        seconds, rss = timed(commands.import_hub(cfg, "postgres", file))
+        print(
+            f"import into PostgreSQL: {count} instances in {seconds:.2f}s ="
+            f" {count / seconds:,.0f} instances/s, peak RSS {rss:.0f} MiB (one transaction)"
+        )
+        again = tmp / "from-postgres.jsonl"
+        seconds, rss = timed(commands.export_hub(cfg, "postgres", again, False))
+        print(
+            f"export from PostgreSQL: {count} instances in {seconds:.2f}s ="
+            f" {count / seconds:,.0f} instances/s, peak RSS {rss:.0f} MiB"
+        )
+    finally:
+        if server is not None:
+            server.stop()
+            del os.environ["DURABLE_HOST_POSTGRES"]
 
 
 if __name__ == "__main__":

@@ -4,6 +4,6 @@
   stream (one instance at a time in memory);
 * ``protocol`` - what a store offers a transfer (``HubSource``, ``HubTarget``) and the
   store-neutral records that travel (``InstanceDump``, ``ActivityDump``, ``NamedText``);
-* ``sqlite``, ``azure`` - that protocol on each store (one store, one module);
+* ``sqlite``, ``azure``, ``postgres`` - that protocol on each store (one store, one module);
 * ``commands`` - the two commands: quiet hub, verification before any write, summaries.
 """

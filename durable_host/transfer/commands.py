@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from durable_host import config as config_mod
-from durable_host.host import open_store
+from durable_host.host import StoreSpecError, open_store
 from durable_host.store.base import StoreError
 from durable_host.transfer import fileformat
 from durable_host.transfer.protocol import HubBusyError, HubNotEmptyError
@@ -29,8 +29,9 @@ from durable_host.transfer.sqlite import SqliteHub
 
 if TYPE_CHECKING:
     from durable_host.transfer.azure import AzureHub
+    from durable_host.transfer.postgres import PostgresHub
 
-    Hub = SqliteHub | AzureHub
+    Hub = SqliteHub | AzureHub | PostgresHub
 
 REFUSED = (HubBusyError, HubNotEmptyError, fileformat.HubFileError, OSError, StoreError)
 KEYS_WARNING = (
@@ -57,8 +58,20 @@ def open_hub(spec: str | None, cfg: config_mod.HostConfig) -> tuple[str, Hub]:
         store = open_store(spec, cfg, read_only=True)
         assert isinstance(store, AzureStore)
         return "azure", AzureHub(store)
+    if spec == "postgres" or spec.startswith("postgres:"):
+        # psycopg only when asked (as the host imports it).
+        from durable_host.store.postgres import PostgresStore
+        from durable_host.transfer.postgres import PostgresHub
+
+        try:
+            store = open_store(spec, cfg, read_only=True)
+        except StoreSpecError as exc:  # the connection setting missing or malformed
+            raise TransferSpecError(str(exc)) from None
+        assert isinstance(store, PostgresStore)
+        return "postgres", PostgresHub(store)
     raise TransferSpecError(
-        f"export and import do not support the store {spec!r} yet: use sqlite or azure"
+        f"export and import do not support the store {spec!r}: use sqlite, sqlite:PATH,"
+        " azure, postgres or postgres:URL"
     )
 
 

@@ -9,7 +9,8 @@ message a store could not decode travels as it is. Sub-orchestration links (the 
 (the entity's row and the operations in its inbox) and versions are all in these records.
 
 ``HubSource`` (export) reads a hub that no host serves: ``open_quiet`` takes the hub the way
-a host takes it (the SQLite file lock, the Azure lease), so a running host makes it fail.
+a host takes it (the SQLite file lock, the Azure partition leases, the PostgreSQL lease
+rows), so a running host makes it fail.
 ``HubTarget`` (import) writes into an empty hub, all of it or nothing: ``write`` takes the
 records as a stream and either commits every one or leaves the hub as empty as it was.
 """

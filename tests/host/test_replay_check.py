@@ -4,7 +4,9 @@ A host runs ``tests/apps/replay_check`` and leaves instances waiting for an even
 check then runs as its own process (``python -m durable_host replay-check``) against copies of
 the app changed the way a deploy changes code: unchanged, two calls swapped, an orchestrator
 removed. The hub must be exactly as it was afterwards (the SQLite file's bytes; on Azure the
-hub table's rows and its container's blobs), and the host must go on serving it.
+hub table's rows and its container's blobs; on PostgreSQL every table's row count and the
+content of every table but the lease, which the serving host renews), and the host must go
+on serving it.
 """
 
 from __future__ import annotations
@@ -57,11 +59,14 @@ def by_id(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def hub_fingerprint(host: HostProcess) -> Any:
-    """What must not change: the SQLite files' bytes, or the Azure hub's row and blob keys."""
+    """What must not change: the SQLite files' bytes, the Azure hub's row and blob keys, or
+    the PostgreSQL hub's row counts and contents."""
     if host.store.startswith("sqlite:"):
         path = Path(host.store.removeprefix("sqlite:"))
         files = [path, Path(f"{path}-wal")]
         return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.exists()}
+    if host.store == "postgres":
+        return postgres_fingerprint(host.env["DURABLE_HOST_POSTGRES"], host.env["DURABLE_HOST_HUB"])
     from azure.data.tables import TableServiceClient
     from azure.storage.blob import BlobServiceClient
 
@@ -74,6 +79,32 @@ def hub_fingerprint(host: HostProcess) -> Any:
         f"{hub.lower()}-hoststate"
     )
     return rows, sorted(b.name for b in container.list_blobs())
+
+
+def postgres_fingerprint(url: str, hub: str) -> dict[str, tuple[int, str | None]]:
+    """Each table of the hub's schema: its row count and (but for the lease, which a serving
+    host renews) a digest of its rows."""
+    import psycopg
+
+    schema = f"dh_{hub.lower()}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [
+            t
+            for (t,) in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                (schema,),
+            )
+        ]
+        assert "instances" in tables, tables
+        found = {}
+        for table in sorted(tables):
+            row = conn.execute(
+                f"SELECT COUNT(*), md5(string_agg(t::text, ',' ORDER BY t::text))"
+                f' FROM "{schema}"."{table}" t'
+            ).fetchone()
+            assert row is not None
+            found[table] = (int(row[0]), None if table == "lease" else row[1])
+        return found
 
 
 def waiting(host: HostProcess, instance: str) -> None:

@@ -4,8 +4,10 @@ A host runs ``tests/apps/transfer`` until its instances wait (on an event, a chi
 timer, an entity's state) and one activity is still running, then stops; the hub is exported
 and imported into a fresh hub, whose host finishes everything: each result as the app
 computes it when nothing moves, each activity's effect exactly once (``TRANSFER_APP_MARKS``),
-the timer no earlier than its original due time. Bad files and non-empty targets are refused
-with nothing written.
+the timer no earlier than its original due time. The round trip goes SQLite -> Azure
+Storage -> PostgreSQL -> SQLite, a host finishing the work after each hop. Bad files and
+non-empty targets are refused with nothing written (on PostgreSQL: every table's rows as
+they were, or no schema at all), and a hub a host serves is refused on every store.
 """
 
 from __future__ import annotations
@@ -150,33 +152,85 @@ def run_to_the_end(store: str, env: dict[str, str]) -> dict[str, Any]:
         host.kill()
 
 
-@pytest.mark.timeout(900)  # two hops, two hosts, a 15 s timer each: minutes on a slow machine
-def test_a_round_trip_sqlite_azure_sqlite_finishes_after_each_hop(
-    moved, tmp_path, azurite_connection
-):
-    hub = "Tx" + os.urandom(6).hex()
-    azure_env = {"AzureWebJobsStorage": azurite_connection, "DURABLE_HOST_HUB": hub}
-    into_azure = cli(
-        "import", "--app-dir", str(APP), "--store", "azure", str(moved["file"]), env=azure_env
-    )
-    assert into_azure.returncode == 0, into_azure.stderr
-    again = cli(
-        "import", "--app-dir", str(APP), "--store", "azure", str(moved["file"]), env=azure_env
-    )
-    assert again.returncode == 2 and "not empty" in again.stderr
-    back = tmp_path / "from-azure.jsonl"
-    out = cli(
-        "export", "--app-dir", str(APP), "--store", "azure", "--out", str(back), env=azure_env
-    )
-    assert out.returncode == 0, out.stderr
-    assert fileformat.verify(back).instances == fileformat.verify(moved["file"]).instances
+def postgres_hub(url: str) -> dict[str, str]:
+    return {"DURABLE_HOST_POSTGRES": url, "DURABLE_HOST_HUB": "Tx" + os.urandom(6).hex()}
 
-    on_azure = tmp_path / "azure-marks.txt"
-    results = run_to_the_end("azure", {**azure_env, "TRANSFER_APP_MARKS": str(on_azure)})
-    assert_finished_as_without_a_move(results, marks(on_azure))
+
+def postgres_rows(env: dict[str, str]) -> dict[str, tuple[int, str | None]] | None:
+    """The hub's schema: each table's row count and a digest of its rows (the lease's rows
+    change with every renewal: counted only); None when the schema does not exist."""
+    import psycopg
+
+    schema = f"dh_{env['DURABLE_HOST_HUB'].lower()}"
+    with psycopg.connect(env["DURABLE_HOST_POSTGRES"], autocommit=True) as conn:
+        tables = [
+            t
+            for (t,) in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                (schema,),
+            )
+        ]
+        if not tables:
+            return None
+        found = {}
+        for table in sorted(tables):
+            row = conn.execute(
+                "SELECT COUNT(*), md5(string_agg(t::text, ',' ORDER BY t::text))"
+                f' FROM "{schema}"."{table}" t'
+            ).fetchone()
+            assert row is not None
+            found[table] = (int(row[0]), None if table == "lease" else row[1])
+        return found
+
+
+def lease_owners(env: dict[str, str]) -> list[str | None]:
+    import psycopg
+
+    schema = f"dh_{env['DURABLE_HOST_HUB'].lower()}"
+    with psycopg.connect(env["DURABLE_HOST_POSTGRES"], autocommit=True) as conn:
+        rows = conn.execute(f'SELECT owner FROM "{schema}".lease ORDER BY id').fetchall()
+    return [r[0] for r in rows]
+
+
+def hop(
+    store: str, path: Path, env: dict[str, str], tmp_path: Path, name: str, exact: bool = False
+) -> Path:
+    """Import ``path`` into an empty hub (a second import refused), export it again before
+    any host runs there (the next hop's file; ``exact``: record for record the file it
+    came from), then let a host finish the work there."""
+    into = cli("import", "--app-dir", str(APP), "--store", store, str(path), env=env)
+    assert into.returncode == 0, into.stderr
+    again = cli("import", "--app-dir", str(APP), "--store", store, str(path), env=env)
+    assert again.returncode == 2 and "not empty" in again.stderr
+    out = tmp_path / f"from-{name}.jsonl"
+    done = cli("export", "--app-dir", str(APP), "--store", store, "--out", str(out), env=env)
+    assert done.returncode == 0, done.stderr
+    assert fileformat.verify(out).instances == fileformat.verify(path).instances
+    if exact:
+        assert list(fileformat.records(out)) == list(fileformat.records(path))
+
+    effects = tmp_path / f"{name}-marks.txt"
+    results = run_to_the_end(store, {**env, "TRANSFER_APP_MARKS": str(effects)})
+    assert_finished_as_without_a_move(results, marks(effects))
+    return out
+
+
+# Three hops, three hosts, a 15 s timer each: minutes on a slow machine.
+@pytest.mark.timeout(1200)
+def test_a_round_trip_sqlite_azure_postgres_sqlite_finishes_after_each_hop(
+    moved, tmp_path, azurite_connection, postgres_url
+):
+    azure_env = {
+        "AzureWebJobsStorage": azurite_connection,
+        "DURABLE_HOST_HUB": "Tx" + os.urandom(6).hex(),
+    }
+    from_azure = hop("azure", moved["file"], azure_env, tmp_path, "azure")
+    from_postgres = hop(
+        "postgres", from_azure, postgres_hub(postgres_url), tmp_path, "postgres", exact=True
+    )
 
     target = f"sqlite:{tmp_path / 'c.db'}"
-    assert import_(target, back).returncode == 0
+    assert import_(target, from_postgres).returncode == 0
     on_sqlite = tmp_path / "sqlite-marks.txt"
     results = run_to_the_end(target, {"TRANSFER_APP_MARKS": str(on_sqlite)})
     assert_finished_as_without_a_move(results, marks(on_sqlite))
@@ -328,3 +382,96 @@ def test_export_to_a_directory_that_does_not_exist_is_refused_in_one_line(moved,
     assert done.returncode == 2
     assert done.stderr.startswith("durable host: export failed, no file written:")
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [("truncated", "truncated"), ("flipped", "corrupt"), ("newer", "newer than this host reads")],
+)
+def test_a_bad_file_is_refused_by_a_postgres_target_with_nothing_written(
+    moved, bad, says, tmp_path, postgres_url
+):
+    path = bad_copies(moved["file"], tmp_path)[bad]
+    env = postgres_hub(postgres_url)
+
+    done = cli("import", "--app-dir", str(APP), "--store", "postgres", str(path), env=env)
+
+    assert done.returncode == 2
+    assert says in done.stderr, done.stderr
+    assert postgres_rows(env) is None  # not even the schema created
+
+
+def test_an_import_into_a_used_postgres_hub_is_refused_and_changes_nothing(
+    moved, tmp_path, postgres_url
+):
+    env = postgres_hub(postgres_url)
+    first = cli("import", "--app-dir", str(APP), "--store", "postgres", str(moved["file"]), env=env)
+    assert first.returncode == 0, first.stderr
+    before = postgres_rows(env)
+    assert before is not None and before["instances"][0] == 7
+
+    again = cli("import", "--app-dir", str(APP), "--store", "postgres", str(moved["file"]), env=env)
+
+    assert again.returncode == 2
+    assert "is not empty" in again.stderr and "nothing was written" in again.stderr
+    assert postgres_rows(env) == before
+    owners = lease_owners(env)
+    assert owners and set(owners) == {None}  # handed back: a host starts at once
+
+
+def test_a_postgres_import_killed_before_its_commit_leaves_an_empty_hub(
+    moved, tmp_path, postgres_url
+):
+    """SIGKILL with every record copied, before the COMMIT: nothing stays, and the next
+    import takes the dead transfer's hold at once (a process of this machine that is gone)."""
+    env = postgres_hub(postgres_url)
+    store = ("--store", "postgres", str(moved["file"]))
+    killed = cli(
+        "import", "--app-dir", str(APP), *store, env={**env, "DURABLE_HOST_FAULTS": "transfer.*"}
+    )
+    assert killed.returncode == -9, killed.stderr
+    rows = postgres_rows(env)
+    assert rows is not None and rows["instances"][0] == rows["history"][0] == 0
+    owners = lease_owners(env)
+    assert owners and None not in owners  # the dead transfer's hold, never handed back
+
+    again = cli("import", "--app-dir", str(APP), *store, env=env)
+
+    assert again.returncode == 0, again.stderr
+    rows = postgres_rows(env)
+    assert rows is not None and rows["instances"][0] == 7
+
+
+@pytest.mark.timeout(300)
+def test_postgres_export_and_import_refuse_a_hub_a_host_serves(moved, tmp_path, postgres_url):
+    env = postgres_hub(postgres_url)
+    host = HostProcess(APP, "postgres", env=dict(env)).start()
+    try:
+        out = tmp_path / "hub.jsonl"
+        exported = cli(
+            "export", "--app-dir", str(APP), "--store", "postgres", "--out", str(out), env=env
+        )
+        imported = cli(
+            "import", "--app-dir", str(APP), "--store", "postgres", str(moved["file"]), env=env
+        )
+        assert host.status("missing") is None  # the host still serves
+    finally:
+        host.kill()
+
+    for done in (exported, imported):
+        assert done.returncode == 2
+        assert "stop the host first" in done.stderr, done.stderr
+    assert not out.exists() and not out.with_name("hub.jsonl.partial").exists()
+    rows = postgres_rows(env)
+    assert rows is not None and rows["instances"][0] == 0
+
+
+def test_every_table_of_the_postgres_schema_is_accounted_for():
+    """A table added to the store later must be moved (or said not to be) by the transfer."""
+    import re
+
+    from durable_host.store.postgres.schema import MIGRATIONS
+    from durable_host.transfer.postgres import TABLES
+
+    tables = set(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", "".join(MIGRATIONS)))
+    assert tables == set(TABLES)
