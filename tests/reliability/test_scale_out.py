@@ -17,6 +17,7 @@ import functools
 import signal
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -80,7 +81,8 @@ def campaign(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) ->
         made.append(host)
         return host.start(timeout=120)
 
-    hosts = [new_host(n) for n in range(HOSTS)]
+    with ThreadPoolExecutor(HOSTS) as pool:  # started together, as an autoscaler would
+        hosts = list(pool.map(new_host, range(HOSTS)))
     killed: list[str] = []
     takeovers: list[float] = []
     keys: list[str] = []
