@@ -179,25 +179,31 @@ async def write_outbox(db: Database, conn: Conn, episode: Episode) -> list[Activ
 async def insert_messages(
     db: Database, conn: Conn, rows: list[tuple[str, str, str | None]]
 ) -> list[int]:
-    """Append messages to inboxes in one statement and NOTIFY the hub's listeners of each
-    target (delivered at COMMIT: its owner may be another host); their ids, in order."""
+    """Append messages to inboxes in one statement and NOTIFY the hub's listeners of the
+    targets another host owns (delivered at COMMIT); their ids, in order.
+
+    Only those: PostgreSQL serializes the commits of notifying transactions (a lock held
+    until the commit is flushed), so a notification for an instance this host's engine
+    was told of already would cost the concurrent commits their shared WAL flush."""
     if not rows:
         return []
     cur = await db.execute(
         conn,
         "INSERT INTO inbox (instance_id, message, visible_at)"
         " SELECT m.i, m.m, m.v FROM unnest(%s::text[], %s::text[], %s::text[])"
-        " WITH ORDINALITY AS m(i, m, v, ord) ORDER BY m.ord"
-        " RETURNING id, pg_notify(%s, %s || ' ' || instance_id)",
-        (
-            [r[0] for r in rows],
-            [r[1] for r in rows],
-            [r[2] for r in rows],
-            db.settings.channel,
-            db.writer,
-        ),
+        " WITH ORDINALITY AS m(i, m, v, ord) ORDER BY m.ord RETURNING id",
+        ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
     )
-    return sorted(int(r[0]) for r in await cur.fetchall())
+    ids = sorted(int(r[0]) for r in await cur.fetchall())
+    fencer = db.fencer
+    elsewhere = sorted({r[0] for r in rows if fencer is None or not fencer.owns(r[0])})
+    if elsewhere:
+        await db.execute(
+            conn,
+            "SELECT pg_notify(%s, %s || ' ' || t) FROM unnest(%s::text[]) AS t",
+            (db.settings.channel, db.writer, elsewhere),
+        )
+    return ids
 
 
 def filters(query: Query) -> tuple[str, list[Any]]:

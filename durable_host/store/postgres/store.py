@@ -144,6 +144,9 @@ class PostgresStore:
     def _ownership_changed(self) -> None:
         self._taken = True
 
+    def _owns(self, instance_id: str) -> bool:
+        return self.partitions is None or self.partitions.owns(instance_id)
+
     def _owned(self, instance_ids: list[str]) -> list[str]:
         partitions = self.partitions
         if partitions is None:
@@ -230,8 +233,8 @@ class PostgresStore:
                 ),
             )
             inbox_id = await self._message(conn, record.instance_id, start_message, visible_at)
-            if not count_first:
-                return None
+            if not count_first or not self._owns(record.instance_id):
+                return None  # another host owns the instance: its episode reads and counts
             await q.set_attempts(db, conn, record.instance_id, count_next=True)
             return inbox_id
 
