@@ -125,6 +125,7 @@ def _azure_store(
         read_only=read_only,
         partition_count=cfg.partition_count,
         version=cfg.default_version or "",
+        policy=cfg.versioning,
     )
 
 
@@ -183,6 +184,9 @@ class Host:
         self.store = open_store(self.store_spec, self.config, self.lose)
         # Before the store opens: a bad engine setting stops the start with nothing touched.
         self.engine = Engine(index, self.store, self.config)
+        serve_versions = getattr(self.store, "serve_versions", None)
+        if serve_versions is not None:  # a store several hosts of any version share (Azure)
+            serve_versions(self.engine.parking, set(index.activities))
         log.info("%s", telemetry_line)  # after the checks whose failure is one line alone
         await self.store.open()
         keys = Keys(self.store, os.environ) if auth_on else None

@@ -9,6 +9,12 @@ their leases lapse by themselves, so the attempt fails until then). ``leave`` (g
 stop) announces draining, releases every partition at once and removes the heartbeat, so
 the others take them at their next round instead of after the lease.
 
+Versions side by side (``ownership.handovers``): before planning, a round hands over the
+partitions where this host left instances of another version untouched (``parked``) and
+a live host of that version could run them: the partition's blob is marked with the
+version and released, and a host that runs that version takes it at its next round (and
+keeps it for ``dwell`` seconds at least, whatever its share).
+
 The storage side is a ``Backend`` (the Azure store's ``HubPartitions``): leases,
 heartbeats and the listing of both. Nothing here raises out of the loop: a failed round
 is logged and the next one tries again; a partition whose renewal fails for good is lost
@@ -20,10 +26,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from durable_host.ownership import Member, plan
+from durable_host.ownership import Member, handovers, plan
 
 log = logging.getLogger("durable_host.membership")
 
@@ -48,6 +55,12 @@ class Backend(Protocol):
 
     async def release(self, unit: int) -> None: ...
 
+    def wanted(self) -> dict[int, str]: ...
+
+    def held_for(self) -> dict[int, float]: ...
+
+    async def hand_over(self, unit: int, version: str) -> None: ...
+
 
 class Membership:
     """One host's part in balancing (see the module docstring)."""
@@ -59,12 +72,20 @@ class Membership:
         interval: float,
         *,
         lane: Callable[[Member], bool] | None = None,
+        parked: Callable[[], Mapping[int, Sequence[str]]] | None = None,
+        dwell: float | None = None,
     ) -> None:
-        """``lane``: which members share this host's partitions (all by default)."""
+        """``lane``: which members share this host's partitions (all by default);
+        ``parked``: per held partition, the versions of the instances this host left
+        untouched there; ``dwell``: how long a partition stays before it is handed over or
+        given back (two rounds by default)."""
         self.backend = backend
         self.me = me
         self.interval = interval
         self.lane = lane or (lambda _m: True)
+        self.parked = parked
+        self.dwell = interval * 2 if dwell is None else dwell
+        self._called: dict[int, float] = {}  # unit -> when it was taken, handed to us
         self.draining = False
         self.rounds = 0
         self.last_members: list[Member] = []
@@ -81,9 +102,36 @@ class Membership:
         await backend.beat(self.me, ttl=self.interval * 3 + 5.0)
         members = [m for m in await backend.members() if self.lane(m)]
         holdings = await backend.holdings()
+        wanted = backend.wanted()
         self.last_members, self.last_holdings = members, holdings
-        live = [m.id for m in members if not m.draining and m.id != self.me.id]
-        move = plan(backend.units, live, holdings, self.me.id, draining=self.draining)
+        others = [m for m in members if not m.draining and m.id != self.me.id]
+        if self.parked is not None and not self.draining:
+            parked = self.parked()
+            moves = handovers(parked, members, self.me.id, backend.held_for(), self.dwell)
+            for unit, version in moves.items():
+                await backend.hand_over(unit, version)
+                holdings[unit], wanted[unit] = None, version
+                log.info(
+                    "partition %d handed over to a host of version %s: instances of that"
+                    " version wait there",
+                    unit,
+                    version,
+                )
+        now = time.monotonic()
+        self._called = {
+            u: t for u, t in self._called.items() if now - t < self.dwell and u in backend.held()
+        }
+        move = plan(
+            backend.units,
+            [m.id for m in others],
+            holdings,
+            self.me.id,
+            draining=self.draining,
+            wanted=wanted,
+            runs=self.me.runs,
+            others_run=lambda version: any(m.runs(version) for m in others),
+            keep=sorted(self._called),
+        )
         for unit in move.release:
             await backend.release(unit)
             log.info("partition %d released: above this host's share of %d", unit, move.share)
@@ -91,6 +139,9 @@ class Membership:
             previous = holdings.get(unit)
             if await backend.acquire(unit, previous):
                 how = "taken" if previous is None else f"stolen from {previous} (expired)"
+                if unit in wanted and previous is None:
+                    how = f"taken, handed over for version {wanted[unit]}"
+                    self._called[unit] = time.monotonic()
                 log.info("partition %d %s", unit, how)
         self.rounds += 1
 

@@ -13,12 +13,23 @@
   live member holds: the holder above its share releases it at its own next round, and
   the member short of its share takes it at the round after. A draining member's share is
   zero.
+* Versions side by side (``docs/versioning.md``, "Side by side on the Azure store"): a
+  partition holds instances of every version, and its owner may run only those its
+  version policy allows. ``handovers`` picks the partitions a member hands to a live member
+  of another version because it left instances of that version untouched there (held at
+  least ``dwell`` seconds first, so its own work there runs too); the handed-over partition
+  carries the version it was handed to (``wanted``), and ``plan`` lets a member that may
+  run that version take it beyond its share, while the others leave it alone. A partition
+  held less than ``dwell`` seconds is not released to balance (``keep``): a handover is not
+  undone before its instances ran.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from durable_host.versioning import MatchStrategy, VersionPolicy
 
 MIN_PARTITIONS, MAX_PARTITIONS, DEFAULT_PARTITIONS = 1, 16, 4
 
@@ -71,6 +82,16 @@ class Member:
     draining: bool = False
     extra: Mapping[str, str] = field(default_factory=dict)
 
+    def runs(self, version: str) -> bool:
+        """May this member run an instance of ``version``? Its heartbeat's ``match`` (a
+        ``versionMatchStrategy``; absent: it checks nothing) with its ``version``."""
+        match = self.extra.get("match", "")
+        try:
+            strategy = MatchStrategy(match) if match else MatchStrategy.NONE
+        except ValueError:
+            return False  # a strategy this host does not know: do not count on it
+        return VersionPolicy(self.version or None, strategy).allows(version)
+
 
 def shares(
     units: Sequence[int], members: Sequence[str], holdings: Mapping[int, str | None]
@@ -96,17 +117,70 @@ def plan(
     me: str,
     *,
     draining: bool = False,
+    wanted: Mapping[int, str] | None = None,
+    runs: Callable[[str], bool] | None = None,
+    others_run: Callable[[str], bool] | None = None,
+    keep: Sequence[int] = (),
 ) -> Plan:
     """``me``'s move given the live ``members`` (draining ones left out) and who holds
-    which unit now (None: free; a holder that is no live member counts as free)."""
+    which unit now (None: free; a holder that is no live member counts as free).
+
+    ``wanted``: free units handed over for a version (unit -> version); ``runs``: may ``me``
+    run a version; ``others_run``: may another live member run it; ``keep``: units of
+    ``me`` not to release for balance yet (taken less than a dwell ago)."""
+    wanted = wanted or {}
+    runs = runs or (lambda _v: True)
+    others_run = others_run or (lambda _v: False)
     live = [m for m in members if m != me] + ([] if draining else [me])
     share = shares(units, live, holdings).get(me, 0)
     mine = sorted(u for u in units if holdings.get(u) == me)
+    if draining:
+        return Plan(release=tuple(mine[::-1]), share=share)
+    kept = set(keep)
     if len(mine) > share:
-        return Plan(release=tuple(mine[share:][::-1]), share=share)
-    need = share - len(mine)
+        spare = [u for u in mine if u not in kept]
+        surplus = len(mine) - share
+        release = tuple(spare[::-1][:surplus])
+        if release:
+            return Plan(release=release, share=share)
     live_set = set(live)
     free = [u for u in sorted(units) if holdings.get(u) not in live_set]
+    # Handed over for a version this member runs: taken whatever its share.
+    called = [u for u in free if u in wanted and runs(wanted[u])]
+    # Handed over for a version another live member runs and this one does not: its.
+    free = [
+        u
+        for u in free
+        if u not in called and not (u in wanted and others_run(wanted[u]) and not runs(wanted[u]))
+    ]
+    need = max(0, share - len(mine) - len(called))
     # Free units first: nobody holds them; a dead member's lease lapses by itself.
     free.sort(key=lambda u: (holdings.get(u) is not None, u))
-    return Plan(take=tuple(free[:need]), share=share)
+    return Plan(take=tuple(called) + tuple(free[:need]), share=share)
+
+
+def handovers(
+    parked: Mapping[int, Sequence[str]],
+    members: Sequence[Member],
+    me: str,
+    held_for: Mapping[int, float],
+    dwell: float,
+    limit: int = 1,
+) -> dict[int, str]:
+    """Units ``me`` hands over now (unit -> the version it is handed to): up to ``limit``
+    units (lowest first) it has held for ``dwell`` seconds at least where it left
+    instances of a version untouched that a live, non-draining other member runs (the
+    oldest such version first). One a round by default: a member that parked work
+    everywhere does not give up every unit at once, so its own version keeps running."""
+    others = [m for m in members if m.id != me and not m.draining]
+    out: dict[int, str] = {}
+    for unit in sorted(parked):
+        if held_for.get(unit, -1.0) < dwell:
+            continue  # not held, or taken too recently: its own work runs first
+        for version in sorted(set(parked[unit])):
+            if any(m.runs(version) for m in others):
+                out[unit] = version
+                break
+        if len(out) >= limit:
+            break
+    return out

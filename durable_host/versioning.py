@@ -267,3 +267,14 @@ class Parking:
 
     def ids(self) -> list[str]:
         return sorted(self._parked)
+
+    def recent(self, monotonic: float, within: float) -> dict[str, str]:
+        """Instance id -> version of those parked (or parked again) in the last ``within``
+        seconds: the instances a store that several hosts share hands to a host of their
+        version. An older entry may be stale (finished elsewhere): it is parked again when
+        its messages are found here once more."""
+        return {
+            instance_id: verdict.version
+            for instance_id, (verdict, _since, at) in self._parked.items()
+            if monotonic - at <= within
+        }

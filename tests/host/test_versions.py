@@ -1,16 +1,21 @@
-"""Versions and safe deploys on real hosts: two app versions, one task hub, taking turns.
+"""Versions and safe deploys on real hosts: two app versions, one task hub.
 
 ``tests/apps/versioned_v1`` (defaultVersion 1.0) and ``versioned_v2`` (2.0, a new step before
 the wait, taken only by instances of 2.0) serve one store in turn: on SQLite one file, the
-host stopped and the other started; on Azure one hub, the second host taking the hub lease
-when the first stops (one owner per hub: two hosts are never active on a hub at once).
+host stopped and the other started; on Azure one hub, the second host taking the partitions
+when the first stops. On Azure they also serve one hub side by side (the rainbow test): both
+hosts for the whole run, each version's instances run only by the host of that version
+(each step's log line names the deployment that ran it), both making progress at once.
 Strategies other than the default come from app settings overriding host.json.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
+
+import pytest
 
 from tests.harness import WEBHOOK, HostProcess, wait_for
 
@@ -139,3 +144,53 @@ def test_with_the_fail_strategy_a_version_this_host_cannot_run_fails(make_host):
     assert failed["runtimeStatus"] == "Failed"
     assert "VersionMismatch" in failed["output"] and "'2.0'" in failed["output"]
     assert ran["output"] == "0.9" and ran["version"] == "0.9"  # older: CurrentOrOlder runs it
+
+
+@pytest.mark.timeout(240)  # partitions move between the versions every few rounds
+def test_two_versions_run_side_by_side_on_one_azure_hub(make_host, store_kind):
+    if store_kind != "azure":
+        pytest.skip("one SQLite file has one host at a time: versions take turns there")
+    v1 = make_host("versioned_v1", env=STRICT).start()
+    v2 = make_host("versioned_v2", env=STRICT).start()
+    hosts = {"1.0": v1, "2.0": v2}
+    # Started through either host: a start lands in the instance's partition, whoever owns it.
+    orders = {
+        version: [start_order((v1, v2)[n % 2], version) for n in range(6)]
+        for version in ("1.0", "2.0")
+    }
+    everyone = [(version, i) for version, ids in orders.items() for i in ids]
+    deadline = time.monotonic() + 200
+    for _version, instance in everyone:
+        wait_for(
+            lambda i=instance: (s := v1.status(i)) and s["customStatus"] == {"phase": "waiting"},
+            max(1.0, deadline - time.monotonic()),
+            f"{instance} to wait for its event",
+        )
+    for version, instance in everyone:
+        go(hosts["2.0" if version == "1.0" else "1.0"], instance)  # through the other host
+    done: dict[str, dict[str, Any]] = {}
+    for _version, instance in everyone:
+        done[instance] = v2.wait_for_status(instance, timeout=max(1.0, deadline - time.monotonic()))
+    alive = [h.process.poll() is None for h in (v1, v2)]
+    logs = {v: h.log_path.read_text() for v, h in hosts.items() if h.log_path}
+
+    assert alive == [True, True]  # both served the hub for the whole run
+    for version, ids in orders.items():
+        other = "2.0" if version == "1.0" else "1.0"
+        for instance in ids:
+            assert done[instance]["runtimeStatus"] == "Completed", done[instance]
+            # The child started without a version took the defaultVersion of the host that
+            # ran the step after "go": a host of the instance's own version.
+            assert done[instance]["output"] == {
+                "version": version,
+                "path": "v1-path" if version == "1.0" else "v2-path",
+                "child": version,
+                "pinned": version,
+            }
+            ran = f"order step go of version {version} ran on {version}"
+            assert sum(ran in line and instance in line for line in logs[version].splitlines()) == 1
+        # No step of this version ran on the other deployment.
+        assert f"of version {version} ran on {other}" not in logs[other]
+    # Side by side, not in turns: each version finished instances before the other's last.
+    finished = {v: sorted(done[i]["lastUpdatedTime"] for i in ids) for v, ids in orders.items()}
+    assert finished["1.0"][0] < finished["2.0"][-1] and finished["2.0"][0] < finished["1.0"][-1]

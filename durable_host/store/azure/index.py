@@ -261,6 +261,13 @@ class HubIndex:
     def learn(self, partition: str, etag: str) -> None:
         self._live[partition] = etag
 
+    def distrust(self, which: Callable[[str], bool]) -> None:
+        """Forget what this process knows of the live hints of the partitions ``which``
+        names: it learned them while another host owned them, and that owner may have
+        dropped a hint since (a writer that trusted the memory would add work without
+        its hint)."""
+        self._live = {p: e for p, e in self._live.items() if not which(p)}
+
     async def drop_live(self, partition: str, etag: str | None, version: int) -> None:
         """Delete a live hint found without work, unless a writer came meanwhile."""
         if not self.quiet_since(partition, version):

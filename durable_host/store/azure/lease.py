@@ -6,6 +6,11 @@ that no longer exists (``is_dead_process_here``) releases exactly that lease id 
 over at once, so a host restarted after a crash does not wait out the lease. A stopped
 (SIGSTOP) process still exists, so it is waited out.
 
+``DURABLE_HOST_MACHINE_NAME`` replaces the host name in the identity: hosts that name
+different machines never release each other's leases (each waits for a dead one's lease
+to lapse), while a host restarted with the same name takes over at once. For hosts that
+share one kernel but stand for separate machines (tests, campaigns); unset, the host name.
+
 ``LEASE_MARGIN``: the seconds of a lease a host never relies on (clock rate, request
 latency): it trusts a lease until the sent-time of its last renewal + duration - margin.
 ``STANDBY_POLL``: how often a host waiting for a hub held by the single-lease version
@@ -29,7 +34,8 @@ def process_identity() -> str:
         namespace = str(os.stat("/proc/self/ns/pid").st_ino)
     except OSError:
         namespace = ""
-    return f"{socket.gethostname()}|{boot}|{namespace}|{os.getpid()}"
+    machine = os.environ.get("DURABLE_HOST_MACHINE_NAME") or socket.gethostname()
+    return f"{machine}|{boot}|{namespace}|{os.getpid()}"
 
 
 def _read(path: str) -> str:

@@ -14,7 +14,9 @@ Blobs of the hub's container:
 * ``partitions/<lane><nn>`` - one blob per partition (``nn`` 00-15), each under a blob lease
   of ``seconds`` with ``epoch`` (raised at every acquisition), ``owner`` and ``lease`` (the
   holder's id and lease id) in its metadata. ``lane`` is empty unless ownership is split by
-  app version (``docs/versioning.md``).
+  app version (``docs/versioning.md``). A partition handed over to a host of another
+  version (``hand_over``, ``ownership.handovers``) is released with ``handover`` (that
+  version) in its metadata, until the next acquisition rewrites it.
 * ``hosts/<hash of the host id>`` - heartbeats: ``owner``, ``version``, ``draining``,
   ``expires`` (Unix seconds) in the metadata.
 
@@ -93,6 +95,7 @@ class HubPartitions:
         self.on_change = on_change
         self.seed_epoch = 0
         self._held: dict[int, PartitionLease] = {}
+        self._wanted: dict[int, str] = {}  # free unit -> the version it was handed over to
         self.acquired_at: dict[int, float] = {}  # unit -> monotonic time it was taken
 
     def blob(self, unit: int) -> Any:
@@ -213,6 +216,7 @@ class HubPartitions:
         """Who holds which partition of this lane (None: free). A dead process of this
         machine holding one has its lease released here: a restart takes over at once."""
         found: dict[int, str | None] = dict.fromkeys(self.units)
+        wanted: dict[int, str] = {}
         prefix = PARTITIONS_PREFIX + self.lane
         async for item in self.container.list_blobs(name_starts_with=prefix, include=["metadata"]):
             suffix = item.name[len(prefix) :]
@@ -220,6 +224,8 @@ class HubPartitions:
                 continue
             meta = dict(item.metadata or {})
             if item.lease.state != "leased":
+                if meta.get("handover") is not None:
+                    wanted[int(suffix)] = meta["handover"]
                 continue
             holder = meta.get("owner", "")
             if meta.get("lease") and holder != self.owner and is_dead_process_here(holder):
@@ -231,7 +237,32 @@ class HubPartitions:
                 await _release(self.blob(int(suffix)), meta["lease"])
                 continue
             found[int(suffix)] = holder or "?"
+        self._wanted = wanted
         return found
+
+    def wanted(self) -> dict[int, str]:
+        """Free partitions handed over for a version, as the last ``holdings`` found them."""
+        return dict(self._wanted)
+
+    def held_for(self) -> dict[int, float]:
+        """Seconds since this host took each partition it holds."""
+        now = time.monotonic()
+        return {u: now - t for u, t in self.acquired_at.items() if u in self._held}
+
+    async def hand_over(self, unit: int, version: str) -> None:
+        """Release the partition marked for hosts of ``version`` (``ownership.handovers``)."""
+        lease = self._held.get(unit)
+        if lease is None:
+            return
+        meta = {"epoch": str(lease.epoch), "owner": self.owner, "lease": lease.client.id}
+        try:
+            async with lease.lock:
+                await self.blob(unit).set_blob_metadata(
+                    _ascii({**meta, "handover": version}), lease=lease.client
+                )
+        except AzureError as exc:
+            log.warning("partition %d: could not mark it for version %s: %s", unit, version, exc)
+        await self.release(unit)
 
     async def acquire(self, unit: int, holder: str | None) -> bool:
         """Take the partition's lease and raise its epoch; False if someone holds it."""

@@ -16,7 +16,9 @@ method translates Azure SDK errors into the store's own (``errors``).
 * ``queries``   instance queries and purges.
 
 Settings: ``partition_count`` (host.json ``storageProvider.partitionCount``),
-``version`` (the app's ``defaultVersion``, announced in the heartbeat),
+``version`` and ``policy`` (the app's ``defaultVersion`` and version policy, announced in
+the heartbeat), ``parking`` (the engine's instances left untouched for their version: the
+partitions holding some are handed to a host of their version, ``docs/versioning.md``),
 ``DURABLE_HOST_LEASE_SECONDS`` (15-60, default 15),
 ``DURABLE_HOST_AZURE_RETRY_SECONDS`` (default 60). Tests: ``DURABLE_HOST_AZURE_FAULTS``
 loses chosen responses (``faults``), and the SIGKILL point ``store.before_commit`` of
@@ -29,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -63,6 +66,7 @@ from durable_host.store.azure.schedules import HubSchedules
 from durable_host.store.azure.secrets import HubSecrets
 from durable_host.store.azure.tables import HubTables
 from durable_host.store.azure.work import WorkItems
+from durable_host.versioning import MatchStrategy, Parking, VersionPolicy
 from functions_connections import ConnectionSettingError, StorageConnection
 
 log = logging.getLogger("durable_host.store.azure")
@@ -90,6 +94,7 @@ class AzureStore:
         read_only: bool = False,
         partition_count: int = DEFAULT_PARTITIONS,
         version: str = "",
+        policy: VersionPolicy | None = None,
     ) -> None:
         """``read_only``: inspect a hub without taking a partition (tools, tests); writes
         fail, discovery reports the whole hub."""
@@ -108,6 +113,9 @@ class AzureStore:
         self._on_lost = on_lost  # kept for the port's shape: a partition lost is no stop
         self.partition_count = partition_count
         self.version = version
+        self.policy = policy or VersionPolicy()
+        self.parking: Parking | None = None  # set by the engine's owner before ``open``
+        self._held_before: set[int] = set()  # partitions held at the last change
         self.partitions: HubPartitions | None = None
         self.membership: Membership | None = None
         self._joined = False  # partitions taken at open: the engine's start looks at them
@@ -165,8 +173,13 @@ class AzureStore:
             await partitions.prepare(self.hub)
             self.tables.fence = partitions
             await self.index.build()
+            match = self.policy.match
+            extra = {} if match == MatchStrategy.NONE else {"match": str(match)}
             self.membership = Membership(
-                partitions, Member(self.tables.writer, self.version), self.lease_seconds / 3
+                partitions,
+                Member(self.tables.writer, self.version, extra=extra),
+                self.lease_seconds / 3,
+                parked=self._parked,
             )
             self.work.is_live = self._is_live
             await self.membership.join()
@@ -226,6 +239,35 @@ class AzureStore:
             "hosts": hosts,
         }
 
+    def serve_versions(self, parking: Parking, activities: set[str]) -> None:
+        """Before ``open``: the engine's instances left untouched for their version (their
+        partitions are handed to a host of that version) and the activities this app
+        defines (others are left to a host whose app does, while one is live)."""
+        self.parking = parking
+        names = {name.lower() for name in activities}
+
+        def leaves(name: str) -> bool:
+            membership = self.membership
+            if name.lower() in names or membership is None:
+                return False
+            return any(m.id != self.tables.writer for m in membership.last_members)
+
+        self.work.leaves = leaves
+
+    def _parked(self) -> dict[int, list[str]]:
+        """Per held partition, the versions of the instances this host left untouched
+        there lately (``Parking.recent``)."""
+        parking, partitions = self.parking, self.partitions
+        if parking is None or partitions is None:
+            return {}
+        window = Parking.RECHECK_SECONDS + self.lease_seconds
+        found: dict[int, list[str]] = {}
+        for instance_id, version in parking.recent(time.monotonic(), window).items():
+            unit = partition_of(instance_id, self.partition_count)
+            if unit in partitions.held():
+                found.setdefault(unit, []).append(version)
+        return found
+
     def _is_live(self, host: str) -> bool:
         """A host of the hub whose heartbeat was fresh at the last balancing round."""
         membership = self.membership
@@ -237,6 +279,17 @@ class AzureStore:
         if self.partitions is None:
             return
         self.commits.forget_heads()
+        held = self.partitions.held()
+        taken, self._held_before = held - self._held_before, held
+        if taken:
+            unit_of = self.partitions.unit_of
+            self.index.distrust(lambda partition: unit_of(partition) in taken)
+        if self.parking is not None:
+            # Another host decides for the instances of a partition given up (and shows
+            # its own versionBlock, if it must leave them too).
+            for instance_id in self.parking.ids():
+                if partition_of(instance_id, self.partition_count) not in held:
+                    self.parking.release(instance_id)
         if self._joined:
             self.discovery.taken()
 

@@ -21,7 +21,10 @@ own engine) while its count is above 0. A claim expires with its claimer's heart
 A claim also counts for ``CLAIM_GRACE`` seconds after it was made (``CT``), whoever made it.
 A work item claimed by a live other host is neither adopted nor claimed here (a claim then
 answers 0, as for a work item already gone); a released one (``C`` empty: abandoned at a
-stop, or waiting for a slot on the host that created it) is anyone's.
+stop, or waiting for a slot on the host that created it) is anyone's - but a host leaves
+alone a work item of an activity its app does not define (``leaves``) while another host
+is live: with versions side by side, an activity only the newer version has is run by a
+host of that version (``docs/versioning.md``).
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ class WorkItems:
         # ``poll`` surveys them soon, so a result nobody announced here is not left waiting.
         self.recheck: set[str] = set()
         self.is_live: Callable[[str], bool] = lambda _host: False  # one host: nobody else
+        self.leaves: Callable[[str], bool] = lambda _name: False  # an activity left to others
 
     def claimed_elsewhere(self, row: Any) -> bool:
         """Is the work item claimed by a live host other than this one?"""
@@ -158,6 +162,8 @@ class WorkItems:
         for row in sorted(rows, key=lambda r: r["RowKey"]):
             if self.claimed_elsewhere(row):
                 continue  # another live host runs it
+            if self.leaves(str(row.get("Name", ""))):
+                continue  # this app does not define it: a host of another version does
             work = await self._rows.work_item(row)
             found.append(work)
             self._partition_of[work.work_id] = row["PartitionKey"]

@@ -8,9 +8,13 @@ through the SDK's durable client (``start_new(..., version=)``).
 """
 
 import json
+import logging
 
 import azure.durable_functions as df
 import azure.functions as func
+
+APP_VERSION = "1.0"  # this deployment's defaultVersion, for the logs
+log = logging.getLogger("versioned_app")
 
 app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
 
@@ -29,14 +33,22 @@ async def start(req: func.HttpRequest, client) -> func.HttpResponse:
 
 @app.orchestration_trigger(context_name="context")
 def order(context: df.DurableOrchestrationContext):
+    ran(context, "start")
     path = yield context.call_activity("mark", "v1-path")
     context.set_custom_status({"phase": "waiting"})
     yield context.wait_for_external_event("go")
+    ran(context, "go")
     child = yield context.call_sub_orchestrator("report", None, f"{context.instance_id}:report")
     pinned = yield context.call_sub_orchestrator(
         "report", None, f"{context.instance_id}:pinned", version=context.version
     )
     return {"version": context.version, "path": path, "child": child, "pinned": pinned}
+
+
+def ran(context: df.DurableOrchestrationContext, step: str) -> None:
+    """Which deployment ran the step: one log line, not repeated when an episode replays."""
+    if not context.is_replaying:
+        log.info("order step %s of version %s ran on %s", step, context.version, APP_VERSION)
 
 
 @app.orchestration_trigger(context_name="context")

@@ -13,6 +13,7 @@ and again only where the host died between a run and its completion". Orchestrat
 ``w_entity``   ``add`` 5 and 7 to its own ``counter`` entity, returns the counter
 ``w_parent``   ``w_child`` (an ``effect``) as a sub-orchestration, returns its result + 1
 ``w_can``      ``effect`` per generation, continue-as-new until generation ``last``
+``w_fan``      ``effect`` ``n`` times at once (fan-out), returns the sum of the results
 =============  =========================================================================
 
 With ``RELIABILITY_WITH_KERNEL=1`` the same host also serves the agent kernel (the repository's
@@ -123,3 +124,11 @@ def w_can(context: df.DurableOrchestrationContext):
         context.continue_as_new({"generation": generation + 1, "last": last})
         return None
     return generation
+
+
+@app.orchestration_trigger(context_name="context")
+def w_fan(context: df.DurableOrchestrationContext):
+    n = int(context.get_input()["n"])
+    jobs = [{"key": f"{context.instance_id}:f{i}", "value": i} for i in range(n)]
+    results = yield context.task_all([context.call_activity("effect", job) for job in jobs])
+    return sum(results)

@@ -14,12 +14,15 @@ class Hub:
     def __init__(self, count: int = 4) -> None:
         self.holder: dict[int, str | None] = dict.fromkeys(range(count))
         self.beats: dict[str, Member] = {}
+        self.wanted: dict[int, str] = {}  # free unit -> the version it was handed over to
 
 
 class FakeBackend:
     def __init__(self, hub: Hub, me: str) -> None:
         self.hub, self.me = hub, me
         self.units = list(hub.holder)
+        self.clock = [0.0]  # seconds, moved by the test
+        self.taken_at: dict[int, float] = {}
 
     def held(self) -> set[int]:
         return {u for u, h in self.hub.holder.items() if h == self.me}
@@ -40,6 +43,8 @@ class FakeBackend:
         if self.hub.holder[unit] not in (None, self.me) and self.hub.holder[unit] in self.hub.beats:
             return False  # a live holder's lease has not lapsed
         self.hub.holder[unit] = self.me
+        self.hub.wanted.pop(unit, None)  # an acquisition rewrites the mark
+        self.taken_at[unit] = self.clock[0]
         return True
 
     async def renew_all(self) -> None:
@@ -48,6 +53,17 @@ class FakeBackend:
     async def release(self, unit: int) -> None:
         if self.hub.holder[unit] == self.me:
             self.hub.holder[unit] = None
+
+    def wanted(self) -> dict[int, str]:
+        return {u: v for u, v in self.hub.wanted.items() if self.hub.holder[u] is None}
+
+    def held_for(self) -> dict[int, float]:
+        return {u: self.clock[0] - self.taken_at.get(u, 0.0) for u in self.held()}
+
+    async def hand_over(self, unit: int, version: str) -> None:
+        if self.hub.holder[unit] == self.me:
+            self.hub.wanted[unit] = version
+            await self.release(unit)
 
 
 def test_rounds_balance_and_a_leave_hands_everything_over() -> None:
@@ -86,5 +102,59 @@ def test_a_dead_members_units_are_taken_once_its_heartbeat_is_gone() -> None:
         await b.round()
         assert b.backend.held() == {0, 1, 2, 3}
         await b.leave()
+
+    asyncio.run(body())
+
+
+STRICT = {"match": "Strict"}
+
+
+def test_a_partition_with_work_of_another_version_goes_to_a_host_of_that_version() -> None:
+    async def body() -> None:
+        hub = Hub()
+        parked: dict[int, list[str]] = {}
+        v1 = Membership(FakeBackend(hub, "v1"), Member("v1", "1.0", extra=STRICT), 60)
+        v2 = Membership(
+            FakeBackend(hub, "v2"), Member("v2", "2.0", extra=STRICT), 60, parked=lambda: parked
+        )
+        await v1.join()
+        await v2.join()
+        await v1.round()
+        await v2.round()
+        assert v1.backend.held() == {0, 1} and v2.backend.held() == {2, 3}
+        parked[3] = ["1.0"]  # v2 left a 1.0 instance of partition 3 untouched
+        await v2.round()
+        assert v2.backend.held() == {2, 3}  # held for less than the dwell: its own work first
+        v2.backend.clock[0] = v1.backend.clock[0] = 1000.0
+        await v2.round()
+        assert v2.backend.held() == {2} and hub.wanted == {3: "1.0"}
+        await v2.round()
+        assert v2.backend.held() == {2}  # not taken back: it is a 1.0 host's
+        await v1.round()
+        assert v1.backend.held() == {0, 1, 3}  # beyond its share: handed over to its version
+        await v1.round()  # above its share: gives back another unit, keeps the handed one
+        assert v1.backend.held() == {0, 3}
+        await v2.round()
+        assert v2.backend.held() == {1, 2}
+        await v1.leave()
+        await v2.leave()
+
+    asyncio.run(body())
+
+
+def test_no_handover_when_no_live_host_runs_the_version() -> None:
+    async def body() -> None:
+        hub = Hub()
+        v2 = Membership(
+            FakeBackend(hub, "v2"),
+            Member("v2", "2.0", extra=STRICT),
+            60,
+            parked=lambda: {0: ["1.0"]},
+        )
+        await v2.join()
+        v2.backend.clock[0] = 1000.0
+        await v2.round()
+        assert v2.backend.held() == {0, 1, 2, 3} and hub.wanted == {}
+        await v2.leave()
 
     asyncio.run(body())

@@ -119,3 +119,62 @@ def test_host_json_partition_count_default_given_and_refused(tmp_path):
     assert parse({"partitionCount": 16}).partition_count == 16
     with pytest.raises(config.ConfigError, match="storageProvider.partitionCount.*not 17"):
         parse({"partitionCount": 17})
+
+
+def _member(name: str, version: str, match: str = "Strict", draining: bool = False) -> o.Member:
+    return o.Member(name, version, draining, {"match": match} if match else {})
+
+
+def test_a_member_runs_the_versions_its_heartbeat_strategy_allows():
+    assert _member("a", "2.0").runs("2.0") and not _member("a", "2.0").runs("1.0")
+    older = _member("a", "2.0", "CurrentOrOlder")
+    assert older.runs("1.0") and older.runs("") and not older.runs("3.0")
+    assert _member("a", "", "").runs("9.9")  # no strategy announced: it checks nothing
+    assert not _member("a", "2.0", "Sideways").runs("2.0")  # unknown: not counted on
+
+
+def test_handovers_go_to_a_live_host_of_the_version_after_the_dwell():
+    members = [_member("v1", "1.0"), _member("v2", "2.0")]
+    parked = {2: ["1.0"], 3: ["1.0", "3.0"]}
+    assert o.handovers(parked, members, "v2", {2: 30.0, 3: 30.0}, 10.0) == {2: "1.0"}
+    assert o.handovers(parked, members, "v2", {2: 30.0, 3: 30.0}, 10.0, limit=2) == {
+        2: "1.0",
+        3: "1.0",
+    }
+    assert o.handovers(parked, members, "v2", {2: 5.0, 3: 30.0}, 10.0) == {3: "1.0"}
+    assert o.handovers(parked, members, "v2", {3: 30.0}, 10.0) == {3: "1.0"}  # 2 not held
+    assert o.handovers({2: ["3.0"]}, members, "v2", {2: 30.0}, 10.0) == {}  # nobody runs 3.0
+    gone = [_member("v1", "1.0", draining=True), _member("v2", "2.0")]
+    assert o.handovers(parked, gone, "v2", {2: 30.0, 3: 30.0}, 10.0, limit=2) == {}
+
+
+def test_a_handed_over_unit_is_taken_by_its_version_beyond_the_share_and_left_by_others():
+    holdings = {0: "v1", 1: "v1", 2: "v2", 3: None}
+    wanted = {3: "1.0"}
+    v1, v2 = _member("v1", "1.0"), _member("v2", "2.0")
+    take_v1 = o.plan(
+        UNITS, ["v1", "v2"], holdings, "v1", wanted=wanted, runs=v1.runs, others_run=v2.runs
+    )
+    assert take_v1.take == (3,)  # v1 holds its share already and still takes it
+    take_v2 = o.plan(
+        UNITS, ["v1", "v2"], holdings, "v2", wanted=wanted, runs=v2.runs, others_run=v1.runs
+    )
+    assert take_v2.take == ()  # short of its share, but the unit is v1's to take
+    # Nobody of that version lives: the unit is free for anyone.
+    alone = o.plan(
+        UNITS,
+        ["v2"],
+        {**holdings, 0: None, 1: None},
+        "v2",
+        wanted=wanted,
+        runs=v2.runs,
+        others_run=lambda _v: False,
+    )
+    assert alone.take == (0, 1, 3)
+
+
+def test_kept_units_are_not_released_for_balance():
+    holdings = {0: "a", 1: "a", 2: "a", 3: "b"}
+    assert o.plan(UNITS, ["a", "b"], holdings, "a").release == (2,)
+    assert o.plan(UNITS, ["a", "b"], holdings, "a", keep=[2]).release == (1,)
+    assert o.plan(UNITS, ["a", "b"], holdings, "a", keep=[0, 1, 2]) == o.Plan(share=2)
