@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 
 from durable_host.ownership import Member, partition_of
@@ -55,6 +56,7 @@ class HubPartitions:
         self.units = list(range(count))
         self.on_change = on_change
         self._held: dict[int, int] = {}  # unit -> epoch
+        self._acquired_at: dict[int, float] = {}  # unit -> monotonic time it was taken
 
     @property
     def seconds(self) -> int:
@@ -216,9 +218,24 @@ class HubPartitions:
         if epoch is None:
             return False
         self._held[unit] = epoch
+        self._acquired_at[unit] = time.monotonic()
         log.info("partition %d of %d: this host holds it as epoch %d", unit, self.count, epoch)
         self._changed()
         return True
+
+    def wanted(self) -> dict[int, str]:
+        """Partitions handed over for a version: none here (versions side by side are the
+        Azure store's for now; the store passes no ``parked`` to ``Membership``)."""
+        return {}
+
+    def held_for(self) -> dict[int, float]:
+        """Seconds since this host took each partition it holds."""
+        now = time.monotonic()
+        return {u: now - t for u, t in self._acquired_at.items() if u in self._held}
+
+    async def hand_over(self, unit: int, version: str) -> None:
+        """Not reached without ``parked`` (see ``wanted``): a plain release."""
+        await self.release(unit)
 
     async def renew_all(self) -> None:
         if not self._held:
