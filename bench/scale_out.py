@@ -1,4 +1,6 @@
-"""Throughput of 1, 2 and 4 hosts sharing one Azure Storage task hub (in-memory Azurite).
+"""Throughput of 1, 2 and 4 hosts sharing one task hub: Azure Storage (in-memory Azurite) or,
+with ``--store postgres``, PostgreSQL (``DURABLE_HOST_POSTGRES`` when set, else a private
+server started from Debian's binaries, as the tests start theirs).
 
 The workload is I/O-bound: ``--instances`` chains of ``--steps`` activities that each wait
 50 ms (``bench/scale_app``, 4 activity slots per host), started through every host in
@@ -13,7 +15,8 @@ machine; printed: kill to the new process answering, kill to it holding every pa
 (the dead holder's leases released at once, not waited out), kill to the chain's next
 completed step.
 
-Usage: ``python bench/scale_out.py [--hosts 1,2,4] [--instances 32] [--steps 10] [--restart]``
+Usage: ``python bench/scale_out.py [--store azure|postgres] [--hosts 1,2,4] [--instances 32]
+[--steps 10] [--restart]``
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -49,7 +53,8 @@ def trips(host: HostProcess) -> int:
 def run(count: int, args: argparse.Namespace, tmp: Path) -> tuple[float, float, float]:
     env = {"DURABLE_HOST_HUB": "S" + uuid.uuid4().hex[:12]}
     hosts = [
-        HostProcess(APP, "azure", env=env, log_path=tmp / f"h{count}-{n}.log") for n in range(count)
+        HostProcess(APP, args.store, env=env, log_path=tmp / f"h{count}-{n}.log")
+        for n in range(count)
     ]
     try:
         for host in hosts:
@@ -77,10 +82,10 @@ def run(count: int, args: argparse.Namespace, tmp: Path) -> tuple[float, float, 
     return elapsed, steps / elapsed, (after - before) / steps
 
 
-def restart(tmp: Path) -> None:
+def restart(tmp: Path, kind: str) -> None:
     env = {"DURABLE_HOST_HUB": "R" + uuid.uuid4().hex[:12]}
-    first = HostProcess(APP, "azure", env=env, log_path=tmp / "r0.log").start(timeout=120)
-    second = HostProcess(APP, "azure", env=env, log_path=tmp / "r1.log")
+    first = HostProcess(APP, kind, env=env, log_path=tmp / "r0.log").start(timeout=120)
+    second = HostProcess(APP, kind, env=env, log_path=tmp / "r1.log")
     try:
         wait_for(lambda: held(first) == 4, 60, "the host to hold every partition", interval=0.2)
         chain = first.start_orchestration("io_chain", {"steps": 200})
@@ -89,7 +94,7 @@ def restart(tmp: Path) -> None:
         first.process.kill()
         first.process.wait(10)
         killed = time.perf_counter()
-        done = steps_done_stored(env["DURABLE_HOST_HUB"], chain)
+        done = steps_done_stored(kind, env["DURABLE_HOST_HUB"], chain)
         second.start(timeout=120)
         answering = time.perf_counter() - killed
         wait_for(lambda: held(second) == 4, 60, "the restart to hold every partition", 0.05)
@@ -111,11 +116,17 @@ def steps_done(host: HostProcess, instance_id: str) -> int:
     return sum(1 for e in events if e.get("EventType") == "TaskCompleted")
 
 
-def steps_done_stored(hub: str, instance_id: str) -> int:
+def steps_done_stored(kind: str, hub: str, instance_id: str) -> int:
     """Completed steps as stored (read without taking part in the hub)."""
 
     async def read() -> int:
-        store = AzureStore(os.environ["AzureWebJobsStorage"], hub, read_only=True)
+        store: Any
+        if kind == "postgres":
+            from durable_host.store.postgres import PostgresStore, from_spec
+
+            store = PostgresStore(from_spec("postgres", hub), read_only=True)
+        else:
+            store = AzureStore(os.environ["AzureWebJobsStorage"], hub, read_only=True)
         await store.open()
         try:
             history = await store.get_history(instance_id)
@@ -132,18 +143,31 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=32)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--restart", action="store_true")
+    parser.add_argument("--store", choices=("azure", "postgres"), default="azure")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
-    from durable_host import azurite
+    emulator: Any
+    if args.store == "postgres":
+        from bench.postgres_bench import server_url
 
-    blob, queue, table = azurite.free_ports(3)
-    emulator = azurite.start(None, (blob, queue, table), in_memory=True, log=tmp / "azurite.log")
-    os.environ["AzureWebJobsStorage"] = emulator.connection_string
+        url, emulator = server_url(tmp)
+        os.environ["DURABLE_HOST_POSTGRES"] = url
+    else:
+        from durable_host import azurite
+
+        blob, queue, table = azurite.free_ports(3)
+        emulator = azurite.start(
+            None, (blob, queue, table), in_memory=True, log=tmp / "azurite.log"
+        )
+        os.environ["AzureWebJobsStorage"] = emulator.connection_string
     try:
         if args.restart:
-            restart(tmp)
+            restart(tmp, args.store)
             return
-        print(f"{args.instances} chains x {args.steps} activities of 50 ms, 4 slots per host")
+        print(
+            f"{args.store}: {args.instances} chains x {args.steps} activities of 50 ms,"
+            " 4 slots per host"
+        )
         print("| hosts | wall s | steps/s | efficiency | storage requests/step |")
         print("|---|---|---|---|---|")
         base = None
@@ -156,7 +180,8 @@ def main() -> None:
                 flush=True,
             )
     finally:
-        emulator.stop()
+        if emulator is not None:
+            emulator.stop()
 
 
 if __name__ == "__main__":

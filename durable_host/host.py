@@ -81,7 +81,14 @@ def open_store(
         return _azure_store(cfg, lost, read_only)
     if spec == "postgres" or spec.startswith("postgres:"):
         try:
-            return postgres_store(spec, cfg.hub_name, lost, read_only)
+            return postgres_store(
+                spec,
+                cfg.hub_name,
+                lost,
+                read_only,
+                partition_count=cfg.partition_count,
+                version=cfg.default_version or "",
+            )
         except ValueError as exc:  # the setting is missing or malformed (never quoted whole)
             raise StoreSpecError(str(exc)) from None
     raise StoreSpecError(

@@ -15,12 +15,27 @@ if TYPE_CHECKING:
 
 
 def postgres_store(
-    spec: str, hub_name: str, on_lost: Callable[[str], None], read_only: bool = False
+    spec: str,
+    hub_name: str,
+    on_lost: Callable[[str], None],
+    read_only: bool = False,
+    *,
+    partition_count: int | None = None,
+    version: str = "",
 ) -> PostgresStore:
     """``postgres`` (the connection from ``DURABLE_HOST_POSTGRES``) or ``postgres:<conninfo>``;
-    the hub from host.json unless ``DURABLE_HOST_HUB`` overrides it. Raises
+    the hub from host.json unless ``DURABLE_HOST_HUB`` overrides it; ``partition_count``
+    from host.json as on Azure (default ``ownership.DEFAULT_PARTITIONS``). Raises
     ``PostgresSettingsError`` (a ``ValueError``) for a missing or malformed setting."""
     from durable_host.store.postgres import PostgresStore, from_spec
 
     hub = os.environ.get("DURABLE_HOST_HUB") or hub_name
-    return PostgresStore(from_spec(spec, hub), on_lost=on_lost, read_only=read_only)
+    from durable_host.ownership import DEFAULT_PARTITIONS
+
+    return PostgresStore(
+        from_spec(spec, hub),
+        on_lost=on_lost,
+        read_only=read_only,
+        partition_count=partition_count or DEFAULT_PARTITIONS,
+        version=version,
+    )

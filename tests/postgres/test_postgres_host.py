@@ -2,8 +2,8 @@
 
 The smoke covers what each store must carry (activities, timers, events, entities,
 sub-orchestrations); the rest pins what only this store has: a SIGKILLed host restarted
-takes its hub back at once, a second host waits as a standby and takes over, and the
-password never shows in the host's log or its startup errors.
+takes its partitions back at once, a host started after another stopped takes the hub's
+partitions, and the password never shows in the host's log or its startup errors.
 """
 
 from __future__ import annotations
@@ -49,7 +49,9 @@ def test_smoke_activities_timers_events_entities_and_sub_orchestrations(pg_host,
     assert state.status == 200 and state.json() == 11
 
 
-def test_a_sigkilled_host_restarted_takes_its_hub_back_and_finishes_the_work(pg_host, tmp_path):
+def test_a_sigkilled_host_restarted_takes_its_partitions_back_and_finishes_the_work(
+    pg_host, tmp_path
+):
     marks = tmp_path / "marks.txt"
     host = pg_host(env={"BASIC_APP_MARKS": str(marks)})
     host.start(faults="activity.before_complete@1")
@@ -57,6 +59,7 @@ def test_a_sigkilled_host_restarted_takes_its_hub_back_and_finishes_the_work(pg_
     assert host.wait_exit(30) != 0, "the fault point was not reached"
 
     host.start(timeout=20)  # the recorded owner is a dead process of this machine: no wait
+    assert len(host.get("/admin/host/status").json()["partitions"]["held"]) == 4
     status = host.wait_for_status(instance, timeout=60)
 
     assert status["output"] == EXPECTED
@@ -65,12 +68,12 @@ def test_a_sigkilled_host_restarted_takes_its_hub_back_and_finishes_the_work(pg_
     assert runs.count("say_hello:Seattle") == 1 and runs.count("say_hello:London") == 1
 
 
-def test_a_second_host_waits_as_a_standby_and_takes_over_when_the_owner_stops(pg_host):
+def test_a_host_started_after_another_stopped_takes_every_partition_at_once(pg_host):
     owner = pg_host().start()
-    standby = pg_host(env={"DURABLE_HOST_LEASE_SECONDS": "5"})
+    standby = pg_host(env={"DURABLE_HOST_LEASE_SECONDS": "60"})
     instance = run(owner, "hello_sequence")["instanceId"]
 
-    owner.stop()  # a graceful stop hands the lease back
+    owner.stop()  # a graceful stop hands the partitions back: no lease to wait for
     standby.start(timeout=30)
 
     assert standby.status(instance)["output"] == EXPECTED

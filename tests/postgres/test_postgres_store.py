@@ -1,5 +1,5 @@
 """What only the PostgreSQL store has, below the host: its settings and how they are shown,
-the schema's version, the hub lease's fencing, and several hubs in one database."""
+the schema's version, the partitions' fencing, and several hubs in one database."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
-from durable_host.store.base import StoreError, StoreLostError
+from durable_host.records import EntityCommit
+from durable_host.store.base import StoreError, UnitLostError
 from durable_host.store.postgres import PostgresStore, from_spec
+from durable_host.store.postgres.partitions import PartitionCountError
 from durable_host.store.postgres.settings import PostgresSettingsError, describe, redact
 
 
@@ -73,35 +75,62 @@ def test_a_schema_newer_than_the_host_is_refused(postgres_url: str) -> None:
         await conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
         await conn.close()
         await store.close()
-        with pytest.raises(StoreError, match="version 99, newer than this host's 1"):
+        with pytest.raises(StoreError, match="version 99, newer than this host's 2"):
             await store_for(postgres_url, hub).open()
 
     asyncio.run(main())
 
 
-def test_a_host_whose_hub_was_taken_over_cannot_commit(postgres_url: str) -> None:
+def test_a_host_whose_partition_was_taken_over_cannot_commit(postgres_url: str) -> None:
     hub = "F" + uuid.uuid4().hex[:10]
-    lost: list[str] = []
 
     async def main() -> None:
-        old = store_for(postgres_url, hub, on_lost=lost.append)
+        old = store_for(postgres_url, hub, partition_count=1)
         await old.open()
-        # The owner's lease lapses (as if it hung): a second host takes the hub over.
+        assert old.partitions is not None and old.partitions.held() == {0}
+        # The owner's lease lapses (as if it hung): a second host takes the partition over.
         conn = await old.db.connect()
-        await conn.execute("UPDATE lease SET expires_at = '-infinity'")
+        await conn.execute("UPDATE partitions SET expires_at = '-infinity'")
+        await conn.execute("DELETE FROM hosts")
         await conn.close()
-        new = store_for(postgres_url, hub)
+        new = store_for(postgres_url, hub, partition_count=1)
         await new.open()
         try:
-            with pytest.raises(StoreLostError, match="another host took over"):
-                await old.send("a", {"kind": "event", "name": "x"}, "2026-01-01T00:00:00Z")
-            assert lost and "took over" in lost[0]
-            assert await new.fetch_messages("a", "2026-01-01T00:00:00Z") == []
-            await new.send("a", {"kind": "event", "name": "y"}, "2026-01-01T00:00:00Z")
+            assert new.partitions is not None and new.partitions.held() == {0}
+            with pytest.raises(UnitLostError, match="another host took it over"):
+                await old.commit_entity(entity_commit("@c@x"))
+            assert old.partitions.held() == set()  # lost here, and nothing written
+            assert await new.get_instance("@c@x") is None
+            with pytest.raises(UnitLostError, match="does not own"):
+                await old.begin_attempt("@c@x")
+            await new.commit_entity(entity_commit("@c@x"))
+            assert await new.get_instance("@c@x") is not None
+            # Starts and events are any host's: the old one still takes them.
+            await old.send("a", {"kind": "event", "name": "x"}, "2026-01-01T00:00:00Z")
             assert len(await new.fetch_messages("a", "2026-01-01T00:00:00Z")) == 1
         finally:
             await new.close()
             await old.close()
+
+    asyncio.run(main())
+
+
+def entity_commit(instance_id: str) -> EntityCommit:
+    now = "2026-01-01T00:00:00Z"
+    return EntityCommit(instance_id, [], True, '{"n": 1}', [], now)
+
+
+def test_a_changed_partition_count_is_refused(postgres_url: str) -> None:
+    hub = "P" + uuid.uuid4().hex[:10]
+
+    async def main() -> None:
+        first = store_for(postgres_url, hub, partition_count=4)
+        await first.open()
+        await first.close()
+        other = store_for(postgres_url, hub, partition_count=8)
+        with pytest.raises(PartitionCountError, match="partitionCount 4 and this host has"):
+            await other.open()
+        await other.close()
 
     asyncio.run(main())
 
@@ -138,7 +167,6 @@ def test_a_notify_from_another_writer_wakes_the_poll_at_once(postgres_url: str) 
             await tool.db.write(
                 "send",
                 lambda conn: tool._message(conn, "woken", {"kind": "event", "name": "e"}, None),
-                fenced=False,
             )
             instance_ids, _ = await asyncio.wait_for(waiting, timeout=3.0)  # sweep: 5 s
             assert instance_ids == ["woken"]

@@ -3,7 +3,7 @@
 * ``settings``  the connection setting, pool and timeouts, and the password kept out of text;
 * ``schema``    the tables, their version and migrations;
 * ``database``  the pool, fenced transactions, retries of lost connections, errors;
-* ``lease``     ownership of the hub (one owner, an epoch, standbys);
+* ``partitions`` ownership: a lease row and epoch per partition, heartbeats, the fence;
 * ``listen``    LISTEN/NOTIFY, so an idle host hears of new work at once;
 * ``sql``       the statements transactions share;
 * ``store``     ``PostgresStore``, the port's face.

@@ -1,10 +1,12 @@
 """The store's one IO shell: a psycopg connection pool, and transactions that retry a lost
-connection, are fenced by the hub lease's epoch, and leave as the port's errors.
+connection, are fenced by their partition's epoch, and leave as the port's errors.
 
-``Database.write(operation, body)`` runs ``body(conn)`` in one transaction that first takes
-a share lock on the lease row with the epoch this host holds (``FOR KEY SHARE``: renewals
-do not wait for it, a takeover does) and reads the transaction id. No row: another host
-took the hub over, and the write raises ``StoreLostError``. A connection lost before the
+``Database.write(operation, body, fence=instance_id)`` runs ``body(conn)`` in one
+transaction that first reads the transaction id and, for an owner write (``fence``: the
+instance whose partition this host must own), takes a share lock on that partition's row
+with the epoch this host holds (``FOR KEY SHARE``: renewals do not wait for it, a takeover
+does). No row: another host took the partition over; the write raises ``UnitLostError``
+and the partition is lost here (``partitions.HubPartitions``). A connection lost before the
 COMMIT was sent retries on a new connection with back-off, for at most
 ``retry_seconds``; one lost while the COMMIT was in flight asks the server what became of
 that transaction (``pg_xact_status``) and retries only if it did not commit, so a write
@@ -22,20 +24,30 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from durable_host import faults
-from durable_host.store.base import StoreError, StoreLostError
+from durable_host.store.base import StoreError, StoreLostError, UnitLostError
 from durable_host.store.postgres.settings import PostgresSettings, redact
 
 T = TypeVar("T")
 Conn = AsyncConnection[tuple[Any, ...]]
 log = logging.getLogger("durable_host.store.postgres")
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 2.0
+
+
+class Fencer(Protocol):
+    """Which partition and epoch an owner write must lock; ``lose`` when it is gone."""
+
+    def check(self, instance_id: str) -> tuple[int, int]: ...
+
+    def owns(self, instance_id: str) -> bool: ...
+
+    def lose(self, unit: int, why: str) -> None: ...
 
 
 class StoreFailedError(StoreError):
@@ -52,7 +64,8 @@ class Database:
     def __init__(self, settings: PostgresSettings) -> None:
         self.settings = settings
         self.round_trips = 0
-        self.epoch: int | None = None  # the lease's, once held: every write is fenced by it
+        self.fencer: Fencer | None = None  # None: read-only, owner writes are refused
+        self.writer = ""  # this process's id: the claimer of the activities it commits
         self.lost: StoreLostError | None = None
         self.on_lost: Callable[[str], None] | None = None
         self.pool: AsyncConnectionPool[Conn] | None = None
@@ -122,13 +135,13 @@ class Database:
         operation: str,
         body: Callable[[Conn], Awaitable[T]],
         *,
-        fenced: bool = True,
+        fence: str | None = None,
         fault: bool = True,
     ) -> T:
-        """``body`` in one transaction, fenced by the lease epoch unless ``fenced`` is False
-        (host secrets: a tool beside the host holds no lease); ``fault``: the SIGKILL point
+        """``body`` in one transaction; ``fence``: the instance whose partition this host
+        must own for the write to commit (module docstring); ``fault``: the SIGKILL point
         ``store.before_commit`` of crash tests fires before its COMMIT."""
-        return await self._retrying(operation, body, transaction=True, fenced=fenced, fault=fault)
+        return await self._retrying(operation, body, transaction=True, fence=fence, fault=fault)
 
     async def _retrying(
         self,
@@ -136,7 +149,7 @@ class Database:
         body: Callable[[Conn], Awaitable[T]],
         *,
         transaction: bool,
-        fenced: bool = False,
+        fence: str | None = None,
         fault: bool = False,
     ) -> T:
         if self.lost is not None:
@@ -147,7 +160,7 @@ class Database:
         while True:
             try:
                 if transaction:
-                    return await self._transaction(operation, body, fenced, fault)
+                    return await self._transaction(operation, body, fence, fault)
                 async with self.pool.connection() as conn:
                     return await body(conn)
             except _Retry as retry:
@@ -174,10 +187,12 @@ class Database:
             delay = min(delay * 2, BACKOFF_MAX)
 
     async def _transaction(
-        self, operation: str, body: Callable[[Conn], Awaitable[T]], fenced: bool, fault: bool
+        self, operation: str, body: Callable[[Conn], Awaitable[T]], fence: str | None, fault: bool
     ) -> T:
         assert self.pool is not None
         xid: int | None = None
+        # Before any connection is taken: a partition not held here writes nothing.
+        unit_epoch = self._unit_epoch(fence) if fence is not None else None
         async with self.pool.connection() as conn:
             committing = False
             try:
@@ -185,10 +200,9 @@ class Database:
                 # (docs/postgres.md, "Not done yet"); one answer per statement until that is
                 # understood.
                 async with conn.transaction():
-                    fence = await self._fence(conn) if fenced else None
+                    first = await self._fence(conn, unit_epoch)
+                    xid = await self._fenced(first, unit_epoch)
                     result = await body(conn)
-                    if fence is not None:
-                        xid = await self._fenced(fence)
                     if fault:
                         faults.hit("store.before_commit")
                     committing = True
@@ -204,24 +218,37 @@ class Database:
             return result
         raise _Retry(error)
 
-    async def _fence(self, conn: Conn) -> psycopg.AsyncCursor[Any]:
-        """The fence, sent first (it locks the lease row before anything else is written);
-        its answer is read by ``_fenced`` once the body's statements are on their way."""
+    def _unit_epoch(self, instance_id: str) -> tuple[int, int]:
+        if self.fencer is None:
+            raise UnitLostError(f"opened read-only: no partition is held (instance {instance_id})")
+        return self.fencer.check(instance_id)
+
+    async def _fence(
+        self, conn: Conn, unit_epoch: tuple[int, int] | None
+    ) -> psycopg.AsyncCursor[Any]:
+        """The transaction id and, for an owner write, the lock on its partition's row with
+        this host's epoch, sent first (before anything is written)."""
+        if unit_epoch is None:
+            return await self.execute(conn, "SELECT pg_current_xact_id()::text::bigint")
         return await self.execute(
             conn,
-            "SELECT pg_current_xact_id()::text::bigint FROM lease WHERE id = 1 AND epoch = %s"
-            " FOR KEY SHARE",
-            (self.epoch,),
+            "SELECT pg_current_xact_id()::text::bigint FROM partitions"
+            " WHERE unit = %s AND epoch = %s FOR KEY SHARE",
+            unit_epoch,
         )
 
-    async def _fenced(self, fence: psycopg.AsyncCursor[Any]) -> int:
-        """The transaction id, or ``StoreLostError`` when another host holds the hub."""
+    async def _fenced(
+        self, fence: psycopg.AsyncCursor[Any], unit_epoch: tuple[int, int] | None
+    ) -> int:
+        """The transaction id, or ``UnitLostError`` when another host took the partition."""
         row = await fence.fetchone()
         if row is None:
-            raise self.lose(
-                f"another host took over task hub {self.settings.hub} on"
-                f" {self.settings.describe()} (this host's epoch {self.epoch})"
-            )
+            assert unit_epoch is not None
+            unit, epoch = unit_epoch
+            why = f"another host took it over (this host's epoch was {epoch})"
+            if self.fencer is not None:
+                self.fencer.lose(unit, why)
+            raise UnitLostError(f"partition {unit}: {why}")
         return int(row[0])
 
     async def _committed(self, xid: int) -> bool:

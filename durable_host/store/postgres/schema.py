@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from psycopg import AsyncConnection, sql
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Version 1: the tables of the SQLite store, plus the hub lease and the schema's own meta.
 V1 = """
@@ -85,8 +85,30 @@ CREATE TABLE IF NOT EXISTS schedules (
 );
 """
 
+# Version 2: partitioned ownership (``partitions``): a lease row per partition, heartbeats,
+# and activity claims that any host makes. The hub lease of version 1 is taken for good (a
+# new epoch, no expiry): a host of version 1 still running finds its epoch gone at its
+# next commit and stops; one started later refuses the newer schema.
+V2 = """
+CREATE TABLE IF NOT EXISTS partitions (
+    unit INTEGER PRIMARY KEY,
+    owner TEXT,
+    epoch BIGINT NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL
+);
+CREATE TABLE IF NOT EXISTS hosts (
+    id TEXT PRIMARY KEY,
+    version TEXT NOT NULL DEFAULT '',
+    draining BOOLEAN NOT NULL DEFAULT FALSE,
+    extra TEXT NOT NULL DEFAULT '{}',
+    expires_at TIMESTAMPTZ NOT NULL
+);
+UPDATE lease SET owner = 'partitioned task hub', epoch = epoch + 1, expires_at = 'infinity';
+ALTER TABLE activities ADD COLUMN IF NOT EXISTS claimed_by TEXT
+"""
+
 # MIGRATIONS[n] takes a schema of version n to n + 1 (index 0: an empty schema).
-MIGRATIONS: tuple[str, ...] = (V1,)
+MIGRATIONS: tuple[str, ...] = (V1, V2)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

@@ -54,11 +54,7 @@ async def complete_work(db: Database, conn: Conn, instance_id: str, done: Comple
     if await cur.fetchone() is None:
         return False
     if not done.consumed:
-        await db.execute(
-            conn,
-            "INSERT INTO inbox (instance_id, message, visible_at) VALUES (%s, %s, NULL)",
-            (instance_id, codec.encode(done.message)),
-        )
+        await insert_messages(db, conn, [(instance_id, codec.encode(done.message), None)])
     return True
 
 
@@ -146,10 +142,11 @@ async def write_outbox(db: Database, conn: Conn, episode: Episode) -> list[Activ
         cur = await db.execute(
             conn,
             "INSERT INTO activities (instance_id, execution_id, task_id, name, input,"
-            " dequeue_count) SELECT a.i, a.e, a.t, a.n, a.p, 1 FROM unnest(%s::text[],"
-            " %s::text[], %s::int[], %s::text[], %s::text[]) WITH ORDINALITY"
-            " AS a(i, e, t, n, p, ord) ORDER BY a.ord RETURNING id",
+            " dequeue_count, claimed_by) SELECT a.i, a.e, a.t, a.n, a.p, 1, %s FROM"
+            " unnest(%s::text[], %s::text[], %s::int[], %s::text[], %s::text[])"
+            " WITH ORDINALITY AS a(i, e, t, n, p, ord) ORDER BY a.ord RETURNING id",
             (
+                db.writer or None,
                 [p["instance_id"] for p in activities],
                 [p["execution_id"] for p in activities],
                 [p["task_id"] for p in activities],
@@ -182,7 +179,12 @@ async def write_outbox(db: Database, conn: Conn, episode: Episode) -> list[Activ
 async def insert_messages(
     db: Database, conn: Conn, rows: list[tuple[str, str, str | None]]
 ) -> list[int]:
-    """Append messages to inboxes in one statement; their ids, in order."""
+    """Append messages to inboxes in one statement and NOTIFY the hub's listeners of the
+    targets another host owns (delivered at COMMIT); their ids, in order.
+
+    Only those: PostgreSQL serializes the commits of notifying transactions (a lock held
+    until the commit is flushed), so a notification for an instance this host's engine
+    was told of already would cost the concurrent commits their shared WAL flush."""
     if not rows:
         return []
     cur = await db.execute(
@@ -192,7 +194,16 @@ async def insert_messages(
         " WITH ORDINALITY AS m(i, m, v, ord) ORDER BY m.ord RETURNING id",
         ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
     )
-    return sorted(int(r[0]) for r in await cur.fetchall())
+    ids = sorted(int(r[0]) for r in await cur.fetchall())
+    fencer = db.fencer
+    elsewhere = sorted({r[0] for r in rows if fencer is None or not fencer.owns(r[0])})
+    if elsewhere:
+        await db.execute(
+            conn,
+            "SELECT pg_notify(%s, %s || ' ' || t) FROM unnest(%s::text[]) AS t",
+            (db.settings.channel, db.writer, elsewhere),
+        )
+    return ids
 
 
 def filters(query: Query) -> tuple[str, list[Any]]:

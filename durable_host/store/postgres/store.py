@@ -2,15 +2,21 @@
 
 Each operation is one transaction (``database.Database.write``): an episode's inbox
 deletions, history, status row, attempts and outgoing messages and activities commit
-together or not at all, fenced by the hub lease's epoch (``lease``). The task hub is a
-schema (``schema``), so several hubs share a database; a single host owns a hub at a time,
-others wait as standbys (``docs/postgres.md``; partitioned ownership can replace the lease
-row without changing the tables).
+together or not at all. The task hub is a schema (``schema``), so several hubs share a
+database. Several hosts share a hub (``docs/postgres.md``): its instances fall into
+``partition_count`` partitions (``ownership.partition_of``), each owned by one host at a
+time (``partitions``), balanced by the host's ``membership`` rounds. An owner write (an
+episode, an entity batch, an attempt's count) is fenced by its partition's epoch in the
+same transaction; starts, events, purges and activity completions come from any host, and
+every message NOTIFYs the hub's listeners, so its owner hears of it at once. Activity work
+is any host's: the committing host's claim (``claimed_by``) holds while its heartbeat
+does; a claim of a host that is gone is taken over with ``FOR UPDATE SKIP LOCKED``.
 
 ``poll`` wakes at once on a NOTIFY from another writer (``listen``), and sweeps the hub
-every ``SWEEP_SECONDS`` for work nobody was told about: instances with visible messages
-that this process has not touched for ``STALE_SECONDS`` (a dispatch lost with a commit that
-reported a failure but applied) and activity work items it never handed to its engine,
+every ``SWEEP_SECONDS`` for work nobody was told about: instances of owned partitions with
+visible messages that this process has not touched for ``STALE_SECONDS`` (a dispatch lost
+with a commit that reported a failure but applied; all of them once a partition was
+taken) and activity work items nobody live claims that it never handed to its engine,
 found so by two sweeps in a row (a commit's caller hears of its work items a moment after
 the COMMIT made them visible).
 """
@@ -20,12 +26,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from durable_host import faults
 from durable_host import history as h
+from durable_host.membership import Membership
+from durable_host.ownership import DEFAULT_PARTITIONS, Member
 from durable_host.records import (
     ActivityWork,
     Completion,
@@ -37,11 +46,13 @@ from durable_host.records import (
     RuntimeStatus,
 )
 from durable_host.store import codec
+from durable_host.store.azure.lease import process_identity
 from durable_host.store.base import InstanceExistsError, StoreError
 from durable_host.store.postgres import sql as q
+from durable_host.store.postgres.backlog import hub_backlog
 from durable_host.store.postgres.database import Conn, Database, WorkGone
-from durable_host.store.postgres.lease import HubLease
 from durable_host.store.postgres.listen import Listener
+from durable_host.store.postgres.partitions import HubPartitions
 from durable_host.store.postgres.schema import SchemaTooNewError, migrate
 from durable_host.store.postgres.settings import PostgresSettings
 
@@ -49,6 +60,11 @@ log = logging.getLogger("durable_host.store.postgres")
 MAX_STEP_COMPLETIONS = 1000  # one statement per completion: no limit worth having below this
 SWEEP_SECONDS = 5.0
 STALE_SECONDS = 30.0
+# A work item is claimable when nobody claims it or its claimer's heartbeat is gone.
+CLAIMABLE = (
+    "(claimed_by IS NULL OR claimed_by = %(me)s OR NOT EXISTS (SELECT 1 FROM hosts"
+    " WHERE hosts.id = activities.claimed_by AND hosts.expires_at > clock_timestamp()))"
+)
 
 
 class PostgresStore:
@@ -62,14 +78,23 @@ class PostgresStore:
         *,
         on_lost: Callable[[str], None] | None = None,
         read_only: bool = False,
+        partition_count: int = DEFAULT_PARTITIONS,
+        version: str = "",
     ) -> None:
-        """``read_only``: for tools beside a running host: no lease; only secrets written."""
+        """``read_only``: for tools beside a running host: no partition held, so no owner
+        write (starts, events, purges and secrets are any host's)."""
         self.settings = settings
         self.read_only = read_only
+        self.partition_count = partition_count
+        self.version = version
+        self.owner = f"{process_identity()}|{uuid.uuid4().hex[:8]}".replace(" ", "_")
         self.db = Database(settings)
         self.db.on_lost = on_lost
-        self.lease = HubLease(self.db)
-        self.listener = Listener(self.db, self.lease.owner)
+        self.db.writer = self.owner
+        self.listener = Listener(self.db, self.owner)
+        self.partitions: HubPartitions | None = None
+        self.membership: Membership | None = None
+        self._taken = False  # a partition was taken: the next poll sweeps at once, in full
         self._handed: set[int] = set()  # work ids given to this process's engine
         self._touched: dict[str, float] = {}  # instance id -> when this process last wrote it
         self._next_sweep = 0.0
@@ -98,18 +123,57 @@ class PostgresStore:
         await self.db.open_pool()
         if self.read_only:
             return
-        epoch = await self.lease.acquire()
+        partitions = HubPartitions(
+            self.db, self.partition_count, self.owner, on_change=self._ownership_changed
+        )
+        await partitions.prepare()
+        self.partitions = partitions
+        self.db.fencer = partitions
+        self.membership = Membership(
+            partitions, Member(self.owner, self.version), self.settings.lease_seconds / 3
+        )
+        await self.membership.join()
         log.info(
-            "owner of task hub %s (epoch %d) on %s",
+            "joined task hub %s on %s: partitions %s of %d held",
             self.settings.hub,
-            epoch,
             self.settings.describe(),
+            sorted(partitions.held()) or "none",
+            self.partition_count,
         )
 
+    def _ownership_changed(self) -> None:
+        self._taken = True
+
+    def _owns(self, instance_id: str) -> bool:
+        return self.partitions is None or self.partitions.owns(instance_id)
+
+    def _owned(self, instance_ids: list[str]) -> list[str]:
+        partitions = self.partitions
+        if partitions is None:
+            return instance_ids  # read-only: the whole hub
+        return [i for i in instance_ids if partitions.owns(i)]
+
+    def owned_partitions(self) -> dict[str, Any]:
+        """This host's part of the hub, for ``/admin/host/status``."""
+        partitions = self.partitions
+        if partitions is None:
+            return {"count": self.partition_count, "held": [], "epochs": {}}
+        return {
+            "count": self.partition_count,
+            "held": sorted(partitions.held()),
+            "epochs": {str(u): e for u, e in sorted(partitions.epochs().items())},
+            "host": self.owner,
+        }
+
+    async def hub_backlog(self, now: str) -> dict[str, Any]:
+        """The whole hub's waiting work and its hosts (``backlog``)."""
+        return await hub_backlog(self.db, self.partitions, self.partition_count, now, CLAIMABLE)
+
     async def close(self) -> None:
+        if self.membership is not None:
+            await self.membership.leave()
+            self.membership = None
         await self.listener.close()
-        if not self.read_only:
-            await self.lease.release()
         await self.db.close()
 
     def _touch(self, instance_id: str) -> None:
@@ -169,8 +233,8 @@ class PostgresStore:
                 ),
             )
             inbox_id = await self._message(conn, record.instance_id, start_message, visible_at)
-            if not count_first:
-                return None
+            if not count_first or not self._owns(record.instance_id):
+                return None  # another host owns the instance: its episode reads and counts
             await q.set_attempts(db, conn, record.instance_id, count_next=True)
             return inbox_id
 
@@ -226,6 +290,9 @@ class PostgresStore:
         return await self.db.read(read)
 
     async def episode_record(self, instance_id: str) -> InstanceRecord | None:
+        # An episode of an instance another host owns would fail at its commit: not begun.
+        if self.partitions is not None and not self.partitions.owns(instance_id):
+            self.partitions.check(instance_id)  # raises UnitLostError
         # Other processes may write the hub's rows (the API of a tool, a later owner): read.
         return await self.get_instance(instance_id)
 
@@ -279,7 +346,8 @@ class PostgresStore:
         async def body(conn: Conn) -> list[ActivityWork]:
             return await self._apply_episode(conn, instance_id, episode, now, count_next)
 
-        return self._created(instance_id, await self.db.write("commit_episode", body))
+        works = await self.db.write("commit_episode", body, fence=instance_id)
+        return self._created(instance_id, works)
 
     async def commit_step(
         self,
@@ -299,7 +367,7 @@ class PostgresStore:
             return created
 
         try:
-            works = await self.db.write("commit_step", body)
+            works = await self.db.write("commit_step", body, fence=instance_id)
         except WorkGone:
             return None
         self._handed.difference_update(c.work_id for c in completions)
@@ -332,7 +400,7 @@ class PostgresStore:
                 db, conn, [(t, codec.encode(m), None) for t, m in commit.responses]
             )
 
-        await db.write("commit_entity", body)
+        await db.write("commit_entity", body, fence=commit.instance_id)
         self._touch(commit.instance_id)
 
     # --- activities ---------------------------------------------------------------------
@@ -353,7 +421,8 @@ class PostgresStore:
             cur = await self.db.execute(
                 conn,
                 "SELECT id, instance_id, execution_id, task_id, name, input, dequeue_count"
-                " FROM activities ORDER BY id",
+                f" FROM activities WHERE {CLAIMABLE} ORDER BY id",
+                {"me": self.owner},
             )
             return [ActivityWork(*r) for r in await cur.fetchall()]
 
@@ -363,11 +432,14 @@ class PostgresStore:
 
     async def mark_activity_dequeued(self, work_id: int) -> int:
         async def body(conn: Conn) -> int:
+            # SKIP LOCKED: of two hosts claiming one item at once, the second gets 0 at
+            # once (it runs on the first) instead of waiting for the first's commit.
             cur = await self.db.execute(
                 conn,
-                "UPDATE activities SET dequeue_count = dequeue_count + 1 WHERE id = %s"
-                " RETURNING dequeue_count",
-                (work_id,),
+                "UPDATE activities SET dequeue_count = dequeue_count + 1, claimed_by = %(me)s"
+                " WHERE id = (SELECT id FROM activities WHERE id = %(id)s AND"
+                f" {CLAIMABLE} FOR UPDATE SKIP LOCKED) RETURNING dequeue_count",
+                {"me": self.owner, "id": work_id},
             )
             row = await cur.fetchone()
             return int(row[0]) if row else 0
@@ -380,8 +452,8 @@ class PostgresStore:
         async def body(conn: Conn) -> None:
             await self.db.execute(
                 conn,
-                "UPDATE activities SET dequeue_count = GREATEST(dequeue_count - 1, 0)"
-                " WHERE id = %s",
+                "UPDATE activities SET dequeue_count = GREATEST(dequeue_count - 1, 0),"
+                " claimed_by = NULL WHERE id = %s",
                 (work_id,),
             )
 
@@ -406,7 +478,7 @@ class PostgresStore:
             assert row is not None
             return int(row[0])
 
-        return await self.db.write("begin_attempt", body)
+        return await self.db.write("begin_attempt", body, fence=instance_id)
 
     async def release_attempt(self, instance_id: str) -> None:
         """Undo one count: the attempt a commit counted in advance never began (a stop)."""
@@ -436,7 +508,7 @@ class PostgresStore:
             )
             return [r[0] for r in await cur.fetchall()]
 
-        return await self.db.read(read)
+        return self._owned(await self.db.read(read))
 
     async def next_due(self, now: str) -> str | None:
         async def read(conn: Conn) -> str | None:
@@ -451,8 +523,9 @@ class PostgresStore:
     async def poll(self) -> tuple[list[str], list[ActivityWork]]:
         """Wait for a NOTIFY of another writer or the next sweep; never raises."""
         try:
-            woken = await self.listener.wait(max(0.0, self._next_sweep - time.monotonic()))
-            if time.monotonic() < self._next_sweep:
+            wait = 0.0 if self._taken else max(0.0, self._next_sweep - time.monotonic())
+            woken = self._owned(await self.listener.wait(wait))
+            if time.monotonic() < self._next_sweep and not self._taken:
                 return woken, []
             self._next_sweep = time.monotonic() + SWEEP_SECONDS
             return await self._sweep(woken)
@@ -464,6 +537,9 @@ class PostgresStore:
     async def _sweep(self, woken: list[str]) -> tuple[list[str], list[ActivityWork]]:
         now = codec_now()
         stale = time.monotonic() - STALE_SECONDS
+        if self._taken:  # a partition taken: everything of it waiting is this host's now
+            self._taken = False
+            stale = float("inf")
         ready = await self.ready_instances(now)
         found = list(woken) + [
             i for i in ready if i not in woken and self._touched.get(i, 0.0) < stale
@@ -475,8 +551,9 @@ class PostgresStore:
             cur = await self.db.execute(
                 conn,
                 "SELECT id, instance_id, execution_id, task_id, name, input, dequeue_count"
-                " FROM activities WHERE NOT (id = ANY(%s)) ORDER BY id",
-                (sorted(self._handed),),
+                f" FROM activities WHERE NOT (id = ANY(%(handed)s)) AND {CLAIMABLE}"
+                " ORDER BY id LIMIT 1000",
+                {"handed": sorted(self._handed), "me": self.owner},
             )
             return [ActivityWork(*r) for r in await cur.fetchall()]
 
@@ -538,14 +615,14 @@ class PostgresStore:
 
     async def swap_secret(self, name: str, expected: str | None, value: str) -> bool:
         # Unfenced: a tool beside the host (read-only: no lease) must be able to change keys.
-        return await self._swap_named("host_secrets", name, expected, value, fenced=False)
+        return await self._swap_named("host_secrets", name, expected, value)
 
     async def get_schedule(self, name: str) -> str | None:
         return await self._get_named("schedules", name)
 
     async def swap_schedule(self, name: str, expected: str | None, value: str) -> bool:
-        # Fenced like every write of the owner: a stale host must not claim an occurrence.
-        return await self._swap_named("schedules", name, expected, value, fenced=True)
+        # Any host's: the compare-and-swap alone makes one claim of an occurrence win.
+        return await self._swap_named("schedules", name, expected, value)
 
     async def _get_named(self, table: str, name: str) -> str | None:
         async def read(conn: Conn) -> str | None:
@@ -559,9 +636,7 @@ class PostgresStore:
 
         return await self.db.read(read)
 
-    async def _swap_named(
-        self, table: str, name: str, expected: str | None, value: str, *, fenced: bool
-    ) -> bool:
+    async def _swap_named(self, table: str, name: str, expected: str | None, value: str) -> bool:
         async def body(conn: Conn) -> bool:
             if expected is None:
                 cur = await self.db.execute(
@@ -579,9 +654,7 @@ class PostgresStore:
             return await cur.fetchone() is not None
 
         # Not an episode: no ``store.before_commit`` fault point (crash tests count episodes).
-        return await self.db.write(
-            f"swap {table}", body, fenced=fenced and not self.read_only, fault=False
-        )
+        return await self.db.write(f"swap {table}", body, fault=False)
 
 
 def codec_now() -> str:
