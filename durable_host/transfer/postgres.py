@@ -1,17 +1,16 @@
 """The transfer protocol on PostgreSQL: a hub's schema read or written whole.
 
 The store is opened read-only (its schema created or migrated, no lease taken by the store
-itself); the transfer then takes **every row of the hub's lease table** the way a host takes
-its lease: free, expired by the server's clock, or held by a process of this machine that no
-longer exists. A row a live host holds makes it fail at once with ``HubBusyError`` instead of
+itself); the transfer then takes **every partition's lease row** (``partitions``) the way a
+host takes a partition: free, expired by the server's clock, or held by a process of this
+machine that no longer exists. A row a live host holds makes it fail at once with ``HubBusyError`` instead of
 waiting as a standby. Each row taken gets a new epoch, so a host that somehow kept writing is
 fenced off, and the rows are renewed in the background for as long as the transfer runs;
-``close`` hands them back (owner cleared, expired) so a host starts at once. Taking every
-row, whatever their number, keeps this right when ownership is split into several rows.
+``close`` hands them back (owner cleared, expired) so a host starts at once.
 
 Export reads in one ``REPEATABLE READ READ ONLY`` transaction (one snapshot), a page of
 instances at a time, with their histories, inboxes and attempts read per page. Import
-writes everything in one transaction: the lease rows are share-locked with this transfer's
+writes everything in one transaction: the partition rows are share-locked with this transfer's
 owner (``FOR KEY SHARE``, the host's fence: renewals go on, a takeover waits), the hub is
 checked empty inside it, and the records are copied in pages (``COPY``); a failure anywhere
 (a bad line found late, a full disk, a crash) rolls it all back. Inbox messages and work
@@ -54,7 +53,9 @@ TABLES = {
     "activities": "moved",
     "schedules": "moved",
     "host_secrets": "moved with --include-keys",
-    "lease": "the hub's own (held by the transfer, never moved)",
+    "lease": "the single-owner lease of schema version 1, taken for good by version 2",
+    "partitions": "the hub's ownership (every row held by the transfer, never moved)",
+    "hosts": "the live hosts' heartbeats",
     "meta": "the schema's own",
 }
 
@@ -65,7 +66,7 @@ class PostgresHub:
     def __init__(self, store: PostgresStore):
         assert store.read_only, "the transfer takes the lease rows itself"
         self.store = store
-        self.owner = f"{store.lease.owner}|transfer"
+        self.owner = f"{store.owner}|transfer"
         self._held = 0  # lease rows taken
         self._renewing: asyncio.Task[None] | None = None
 
@@ -76,17 +77,28 @@ class PostgresHub:
     async def open_quiet(self) -> None:
         await self.store.open()
         try:
-            self._held = await self.store.db.write(
-                "taking the hub", self._take, fenced=False, fault=False
-            )
+            self._held = await self.store.db.write("taking the hub", self._take, fault=False)
         except BaseException:
             await self.store.close()
             raise
         self._renewing = asyncio.create_task(self._renew_loop())
 
     async def _take(self, conn: Conn) -> int:
+        # A new hub gets its partition rows as a host's first start makes them, so a host
+        # started during the import finds them held.
+        await conn.execute(
+            "INSERT INTO meta (key, value) VALUES ('partition_count', %s)"
+            " ON CONFLICT (key) DO NOTHING",
+            (str(self.store.partition_count),),
+        )
+        await conn.execute(
+            "INSERT INTO partitions (unit, owner, epoch, expires_at)"
+            " SELECT u, NULL, 0, '-infinity' FROM generate_series(0,"
+            " (SELECT value::int FROM meta WHERE key = 'partition_count') - 1) AS u"
+            " ON CONFLICT (unit) DO NOTHING"
+        )
         cur = await conn.execute(
-            "SELECT owner, expires_at < clock_timestamp() FROM lease ORDER BY id FOR UPDATE"
+            "SELECT owner, expires_at < clock_timestamp() FROM partitions ORDER BY unit FOR UPDATE"
         )
         for holder, expired in await cur.fetchall():
             if holder is not None and not expired and not is_dead_process_here(holder):
@@ -94,7 +106,7 @@ class PostgresHub:
                     f"{self.hub} is served by a host ({holder}): stop the host first"
                 )
         cur = await conn.execute(
-            "UPDATE lease SET owner = %s, epoch = epoch + 1,"
+            "UPDATE partitions SET owner = %s, epoch = epoch + 1,"
             " expires_at = clock_timestamp() + make_interval(secs => %s)",
             (self.owner, self.store.settings.lease_seconds),
         )
@@ -107,7 +119,8 @@ class PostgresHub:
 
             async def renew(conn: Conn) -> int:
                 cur = await conn.execute(
-                    "UPDATE lease SET expires_at = clock_timestamp() + make_interval(secs => %s)"
+                    "UPDATE partitions SET expires_at = clock_timestamp()"
+                    " + make_interval(secs => %s)"
                     " WHERE owner = %s",
                     (seconds, self.owner),
                 )
@@ -130,7 +143,7 @@ class PostgresHub:
 
             async def free(conn: Conn) -> None:
                 await conn.execute(
-                    "UPDATE lease SET owner = NULL, expires_at = '-infinity' WHERE owner = %s",
+                    "UPDATE partitions SET owner = NULL, expires_at = '-infinity' WHERE owner = %s",
                     (self.owner,),
                 )
 
@@ -201,7 +214,7 @@ class PostgresHub:
                 # The fence, as a host's: the rows this transfer took, still its own, share
                 # locked until COMMIT (renewals go on; a takeover waits for the COMMIT).
                 cur = await conn.execute(
-                    "SELECT 1 FROM lease WHERE owner = %s FOR KEY SHARE", (self.owner,)
+                    "SELECT 1 FROM partitions WHERE owner = %s FOR KEY SHARE", (self.owner,)
                 )
                 if len(await cur.fetchall()) != self._held:
                     raise HubBusyError(f"{self.hub} was taken over by a host during the import")

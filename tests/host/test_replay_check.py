@@ -5,7 +5,7 @@ check then runs as its own process (``python -m durable_host replay-check``) aga
 the app changed the way a deploy changes code: unchanged, two calls swapped, an orchestrator
 removed. The hub must be exactly as it was afterwards (the SQLite file's bytes; on Azure the
 hub table's rows and its container's blobs; on PostgreSQL every table's row count and the
-content of every table but the lease, which the serving host renews), and the host must go
+content of every table but the partitions and heartbeats, which the serving host renews), and the host must go
 on serving it.
 """
 
@@ -82,7 +82,7 @@ def hub_fingerprint(host: HostProcess) -> Any:
 
 
 def postgres_fingerprint(url: str, hub: str) -> dict[str, tuple[int, str | None]]:
-    """Each table of the hub's schema: its row count and (but for the lease, which a serving
+    """Each table of the hub's schema: its row count and (but for the partitions and heartbeats, which a serving
     host renews) a digest of its rows."""
     import psycopg
 
@@ -103,7 +103,7 @@ def postgres_fingerprint(url: str, hub: str) -> dict[str, tuple[int, str | None]
                 f' FROM "{schema}"."{table}" t'
             ).fetchone()
             assert row is not None
-            found[table] = (int(row[0]), None if table == "lease" else row[1])
+            found[table] = (int(row[0]), None if table in ("partitions", "hosts") else row[1])
         return found
 
 

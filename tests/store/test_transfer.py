@@ -157,7 +157,7 @@ def postgres_hub(url: str) -> dict[str, str]:
 
 
 def postgres_rows(env: dict[str, str]) -> dict[str, tuple[int, str | None]] | None:
-    """The hub's schema: each table's row count and a digest of its rows (the lease's rows
+    """The hub's schema: each table's row count and a digest of its rows (the partitions' and heartbeats' rows
     change with every renewal: counted only); None when the schema does not exist."""
     import psycopg
 
@@ -179,7 +179,7 @@ def postgres_rows(env: dict[str, str]) -> dict[str, tuple[int, str | None]] | No
                 f' FROM "{schema}"."{table}" t'
             ).fetchone()
             assert row is not None
-            found[table] = (int(row[0]), None if table == "lease" else row[1])
+            found[table] = (int(row[0]), None if table in ("partitions", "hosts") else row[1])
         return found
 
 
@@ -188,7 +188,7 @@ def lease_owners(env: dict[str, str]) -> list[str | None]:
 
     schema = f"dh_{env['DURABLE_HOST_HUB'].lower()}"
     with psycopg.connect(env["DURABLE_HOST_POSTGRES"], autocommit=True) as conn:
-        rows = conn.execute(f'SELECT owner FROM "{schema}".lease ORDER BY id').fetchall()
+        rows = conn.execute(f'SELECT owner FROM "{schema}".partitions ORDER BY unit').fetchall()
     return [r[0] for r in rows]
 
 
