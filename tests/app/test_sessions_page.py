@@ -48,7 +48,12 @@ def test_the_page_follows_a_session_live(
     shown(
         browser, "document.getElementById('session-id')?.textContent ?? null", SESSION, "the page"
     )
-    shown(browser, "document.body.dataset.state", "no session yet", "the page to find no session")
+    shown(
+        browser,
+        "document.body?.dataset.state ?? null",
+        "no session yet",
+        "the page to find no session",
+    )
 
     sub_id = kernel_host.post(
         f"/api/sessions/{SESSION}/submissions", {"requestId": "r1", "text": "hello page"}
@@ -117,7 +122,7 @@ def field(call_id: str, name: str) -> str:
 
 
 LONG_WORD = "https://example.org/" + "a-long-path-segment/" * 6  # 140 characters, no break
-STATE = "document.body.dataset.state"
+STATE = "document.body?.dataset.state ?? null"  # null while the page is still loading
 DETAIL = "document.getElementById('connection-detail').textContent"
 
 

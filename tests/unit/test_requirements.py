@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PIN = re.compile(r"^([A-Za-z0-9_.-]+)==(\S+)$")
+PIN = re.compile(r"^([A-Za-z0-9_.-]+)(?:\[[A-Za-z0-9_,.-]+\])?==(\S+)$")  # extras allowed
 
 
 def pins(name: str) -> dict[str, str]:
