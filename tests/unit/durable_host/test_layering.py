@@ -7,7 +7,8 @@
   sqlite3, aiohttp or the Azure SDKs.
 * The stores (``durable_host/store/**``) import no core: of the host only the neutral
   ``records``, ``faults``, ``history`` (timestamps), ``azurite``, ``logs``, the ownership
-  core and its shell (``ownership``, ``membership``) and each other.
+  core and its shell (``ownership``, ``membership``), the pure ``versioning`` rules and each
+  other.
 * ``records`` imports nothing of the host.
 * ``keys`` (the host's keys) reaches neither HTTP nor a store implementation: it sees the
   store only as the two secret methods of the port, so HTTP and the CLI share it.
@@ -55,6 +56,7 @@ STORE_MAY_IMPORT = (
     "durable_host.logs",
     "durable_host.ownership",
     "durable_host.membership",
+    "durable_host.versioning",  # pure: which version may run an instance (partition handover)
     "durable_host.store",
 )
 KERNEL_FORBIDDEN = (
