@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -50,36 +49,6 @@ def dbos_url(url: str, rep: int) -> str:
     return f"postgresql://{auth}{host}:{port}/dbos_bench_{uuid.uuid4().hex[:6]}_{rep}"
 
 
-def dbos_round(
-    python: Path, url: str, tmp: Path, size: dict[str, Any], rep: int
-) -> dict[str, float]:
-    result = subprocess.run(
-        [
-            str(python),
-            str(Path(__file__).resolve().parent / "dbos_workloads.py"),
-            "--db",
-            dbos_url(url, rep),
-            "--chain",
-            str(size["chain"]),
-            "--fan-out",
-            str(size["fan_out"]),
-            "--many",
-            f"{size['many']}x5",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        cwd=tmp,
-        check=True,
-    )
-    raw = json.loads(result.stdout.strip().splitlines()[-1])
-    return {
-        "chain_ms_per_step": raw["chain"] * 1000 / size["chain"],
-        "fan_out_s": raw["fan_out"],
-        "many_x5_s": raw["many"],
-    }
-
-
 def run(
     python: Path,
     tmp: Path,
@@ -88,6 +57,7 @@ def run(
     out: Path,
     root: Path,
     host_round: Callable[[HostProcess, dict[str, Any]], dict[str, float]],
+    dbos_workloads: Callable[[Path, list[str], Path, dict[str, Any], float], dict[str, float]],
 ) -> dict[str, Any]:
     """Every repetition of both contestants; the results (also written to ``out``)."""
     began = time.monotonic()
@@ -105,7 +75,9 @@ def run(
         host_round(host, {**size, "chain": 10, "fan_out": 20, "many": 5, "calls": 5})  # warm
         contestants = {
             "ours_postgres": lambda rep: {k: host_round(host, size)[k] for k in KEYS},
-            "dbos_postgres": lambda rep: dbos_round(python, url, tmp, size, rep),
+            "dbos_postgres": lambda rep: dbos_workloads(
+                python, ["--db", dbos_url(url, rep)], tmp, size, 1800
+            ),
         }
         names = list(contestants)
         for rep in range(reps):

@@ -244,14 +244,19 @@ def dbos_round(
     python: Path, journal: str, tmp: Path, size: dict[str, Any], rep: int
 ) -> dict[str, float]:
     db = tmp / f"dbos-{journal}-{rep}.sqlite"
+    return dbos_workloads(python, ["--db", str(db), "--journal", journal], tmp, size, 900)
+
+
+def dbos_workloads(
+    python: Path, database: list[str], tmp: Path, size: dict[str, Any], timeout: float
+) -> dict[str, float]:
+    """One run of ``dbos_workloads.py`` in DBOS's environment against ``database`` (its
+    ``--db`` and store options), in this bench's units."""
     result = subprocess.run(
         [
             str(python),
             str(ROOT / "bench" / "dbos_workloads.py"),
-            "--db",
-            str(db),
-            "--journal",
-            journal,
+            *database,
             "--chain",
             str(size["chain"]),
             "--fan-out",
@@ -261,7 +266,7 @@ def dbos_round(
         ],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
         cwd=tmp,
         check=True,
     )
@@ -303,7 +308,9 @@ def main() -> int:
 
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         tmp = Path(tempfile.mkdtemp(prefix="bench-run-"))
-        postgres_bench.run(bench_python(), tmp, size, reps, Path(args.out), ROOT, host_round)
+        postgres_bench.run(
+            bench_python(), tmp, size, reps, Path(args.out), ROOT, host_round, dbos_workloads
+        )
         return 0
     began = time.monotonic()
     # SIGTERM unwinds like Ctrl-C, so the hosts and Azurite started here are stopped.
