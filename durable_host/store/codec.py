@@ -9,6 +9,8 @@ episode writes to the instance row. Pure; imports only ``records`` and the port'
   purge a running instance by filter).
 * An episode writes the instance's output when it ends the execution with one
   (``OUTPUT_STATUSES``) or rewrites the history (a rewind clears the output).
+* ``COLUMNS`` and ``instance_record`` / ``instance_values``: the instance row's columns as
+  the SQL stores (SQLite, PostgreSQL) select and insert them.
 * ``prefix_bound`` turns an instance-id prefix into a key range, so a prefix query reads the
   matching keys only (an index range on SQLite, a PartitionKey range on Azure).
 """
@@ -19,7 +21,14 @@ import dataclasses
 import json
 from typing import Any
 
-from durable_host.records import TERMINAL, Episode, MessageKind, Query, RuntimeStatus
+from durable_host.records import (
+    TERMINAL,
+    Episode,
+    InstanceRecord,
+    MessageKind,
+    Query,
+    RuntimeStatus,
+)
 from durable_host.store.base import CorruptHistoryError
 
 OUTPUT_STATUSES: frozenset[str] = frozenset(
@@ -91,3 +100,46 @@ def purgeable(query: Query) -> Query | None:
     if not statuses:
         return None
     return dataclasses.replace(query, statuses=tuple(statuses), top=None, continuation=None)
+
+
+COLUMNS = (
+    "instance_id, name, status, execution_id, version, input, output, custom_status,"
+    " created_at, updated_at, parent_instance_id, entity_state, entity_exists"
+)
+
+
+def instance_record(row: tuple[Any, ...]) -> InstanceRecord:
+    return InstanceRecord(
+        instance_id=row[0],
+        name=row[1],
+        status=row[2],
+        execution_id=row[3],
+        version=row[4],
+        input_json=row[5],
+        output_json=row[6],
+        custom_status_json=row[7],
+        created_at=row[8],
+        updated_at=row[9],
+        parent_instance_id=row[10],
+        entity_state=row[11],
+        entity_exists=bool(row[12]),
+    )
+
+
+def instance_values(r: InstanceRecord) -> tuple[Any, ...]:
+    """The record's values in ``COLUMNS`` order (``entity_exists`` as 0 or 1)."""
+    return (
+        r.instance_id,
+        r.name,
+        r.status,
+        r.execution_id,
+        r.version,
+        r.input_json,
+        r.output_json,
+        r.custom_status_json,
+        r.created_at,
+        r.updated_at,
+        r.parent_instance_id,
+        r.entity_state,
+        int(r.entity_exists),
+    )

@@ -30,12 +30,11 @@ from durable_host.records import (
 )
 from durable_host.store import codec
 from durable_host.store.base import InstanceExistsError
+from durable_host.store.codec import COLUMNS, instance_record
 from durable_host.store.sqlite_sql import (
-    COLUMNS,
     complete_work,
     delete_inbox,
     filters,
-    instance_record,
     purge_ids,
     update_instance,
     write_outbox,

@@ -11,12 +11,12 @@ from durable_host.records import (
     ActivityWork,
     Completion,
     Episode,
-    InstanceRecord,
     OutgoingKind,
     Query,
     RuntimeStatus,
 )
 from durable_host.store import codec
+from durable_host.store.codec import COLUMNS
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS instances (
@@ -71,29 +71,6 @@ CREATE TABLE IF NOT EXISTS schedules (
     value TEXT NOT NULL
 ) WITHOUT ROWID;
 """
-
-COLUMNS = (
-    "instance_id, name, status, execution_id, version, input, output, custom_status,"
-    " created_at, updated_at, parent_instance_id, entity_state, entity_exists"
-)
-
-
-def instance_record(row: tuple[Any, ...]) -> InstanceRecord:
-    return InstanceRecord(
-        instance_id=row[0],
-        name=row[1],
-        status=row[2],
-        execution_id=row[3],
-        version=row[4],
-        input_json=row[5],
-        output_json=row[6],
-        custom_status_json=row[7],
-        created_at=row[8],
-        updated_at=row[9],
-        parent_instance_id=row[10],
-        entity_state=row[11],
-        entity_exists=bool(row[12]),
-    )
 
 
 def complete_work(db: sqlite3.Connection, instance_id: str, completion: Completion) -> bool:

@@ -53,13 +53,14 @@ from typing import Any, TypeVar
 from durable_host import faults
 from durable_host.records import InstanceRecord
 from durable_host.store.base import StoreError, StoreLostError
+from durable_host.store.codec import COLUMNS, instance_record
 from durable_host.store.sqlite_guard import (
     OWNER_SCHEMA,
     FileOwnership,
     StoreFaults,
     translate,
 )
-from durable_host.store.sqlite_sql import COLUMNS, SCHEMA, instance_record
+from durable_host.store.sqlite_sql import SCHEMA
 
 T = TypeVar("T")
 log = logging.getLogger("durable_host.store.sqlite")

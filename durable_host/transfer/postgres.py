@@ -28,8 +28,8 @@ import psycopg
 
 from durable_host import faults
 from durable_host.store.azure.lease import is_dead_process_here
+from durable_host.store.codec import COLUMNS, instance_record, instance_values
 from durable_host.store.postgres.database import Conn
-from durable_host.store.postgres.sql import COLUMNS, instance_record
 from durable_host.store.postgres.store import PostgresStore
 from durable_host.transfer.protocol import (
     ActivityDump,
@@ -295,21 +295,7 @@ class _Batch:
             r = item.record
             self._row(
                 f"instances ({COLUMNS})",
-                (
-                    r.instance_id,
-                    r.name,
-                    r.status,
-                    r.execution_id,
-                    r.version,
-                    r.input_json,
-                    r.output_json,
-                    r.custom_status_json,
-                    r.created_at,
-                    r.updated_at,
-                    r.parent_instance_id,
-                    r.entity_state,
-                    r.entity_exists,
-                ),
+                (*instance_values(r)[:-1], r.entity_exists),
             )
             for seq, text in enumerate(item.history):
                 self._row("history (instance_id, seq, event)", (r.instance_id, seq, text))

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from durable_host.store.base import StoreLockedError
+from durable_host.store.codec import COLUMNS, instance_record, instance_values
 from durable_host.store.sqlite_guard import OWNER_SCHEMA, FileOwnership
-from durable_host.store.sqlite_sql import COLUMNS, SCHEMA, instance_record
+from durable_host.store.sqlite_sql import SCHEMA
 from durable_host.transfer.protocol import (
     ActivityDump,
     HubBusyError,
@@ -207,21 +208,7 @@ class SqliteHub:
         r = item.record
         db.execute(
             f"INSERT INTO instances ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                r.instance_id,
-                r.name,
-                r.status,
-                r.execution_id,
-                r.version,
-                r.input_json,
-                r.output_json,
-                r.custom_status_json,
-                r.created_at,
-                r.updated_at,
-                r.parent_instance_id,
-                r.entity_state,
-                int(r.entity_exists),
-            ),
+            instance_values(r),
         )
         db.executemany(
             "INSERT INTO history (instance_id, seq, event) VALUES (?,?,?)",

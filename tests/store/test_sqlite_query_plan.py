@@ -10,7 +10,8 @@ from __future__ import annotations
 import sqlite3
 
 from durable_host.records import Query
-from durable_host.store.sqlite_sql import COLUMNS, SCHEMA, filters
+from durable_host.store.codec import COLUMNS
+from durable_host.store.sqlite_sql import SCHEMA, filters
 
 
 def plan(query: Query) -> str:

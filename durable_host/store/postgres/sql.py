@@ -12,36 +12,13 @@ from durable_host.records import (
     ActivityWork,
     Completion,
     Episode,
-    InstanceRecord,
     OutgoingKind,
     Query,
     RuntimeStatus,
 )
 from durable_host.store import codec
+from durable_host.store.codec import COLUMNS
 from durable_host.store.postgres.database import Conn, Database
-
-COLUMNS = (
-    "instance_id, name, status, execution_id, version, input, output, custom_status,"
-    " created_at, updated_at, parent_instance_id, entity_state, entity_exists"
-)
-
-
-def instance_record(row: tuple[Any, ...]) -> InstanceRecord:
-    return InstanceRecord(
-        instance_id=row[0],
-        name=row[1],
-        status=row[2],
-        execution_id=row[3],
-        version=row[4],
-        input_json=row[5],
-        output_json=row[6],
-        custom_status_json=row[7],
-        created_at=row[8],
-        updated_at=row[9],
-        parent_instance_id=row[10],
-        entity_state=row[11],
-        entity_exists=bool(row[12]),
-    )
 
 
 async def complete_work(db: Database, conn: Conn, instance_id: str, done: Completion) -> bool:

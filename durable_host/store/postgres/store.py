@@ -48,6 +48,7 @@ from durable_host.records import (
 from durable_host.store import codec
 from durable_host.store.azure.lease import process_identity
 from durable_host.store.base import InstanceExistsError, StoreError
+from durable_host.store.codec import COLUMNS, instance_record
 from durable_host.store.postgres import sql as q
 from durable_host.store.postgres.backlog import hub_backlog
 from durable_host.store.postgres.database import Conn, Database, WorkGone
@@ -211,7 +212,7 @@ class PostgresStore:
                     )
             await db.execute(
                 conn,
-                f"INSERT INTO instances ({q.COLUMNS})"
+                f"INSERT INTO instances ({COLUMNS})"
                 " VALUES (%s, %s, %s, %s, %s, %s, NULL, NULL, %s, %s, %s, NULL, FALSE)"
                 " ON CONFLICT (instance_id) DO UPDATE SET name = excluded.name,"
                 " status = excluded.status, execution_id = excluded.execution_id,"
@@ -281,11 +282,11 @@ class PostgresStore:
         async def read(conn: Conn) -> InstanceRecord | None:
             cur = await self.db.execute(
                 conn,
-                f"SELECT {q.COLUMNS} FROM instances WHERE instance_id = %s",
+                f"SELECT {COLUMNS} FROM instances WHERE instance_id = %s",
                 (instance_id,),
             )
             row = await cur.fetchone()
-            return q.instance_record(row) if row else None
+            return instance_record(row) if row else None
 
         return await self.db.read(read)
 
@@ -575,10 +576,10 @@ class PostgresStore:
         async def read(conn: Conn) -> QueryPage:
             cur = await self.db.execute(
                 conn,
-                f"SELECT {q.COLUMNS} FROM instances WHERE {where} ORDER BY instance_id LIMIT %s",
+                f"SELECT {COLUMNS} FROM instances WHERE {where} ORDER BY instance_id LIMIT %s",
                 (*args, limit),
             )
-            records = [q.instance_record(r) for r in await cur.fetchall()]
+            records = [instance_record(r) for r in await cur.fetchall()]
             full = limit is not None and len(records) == limit
             return QueryPage(records, records[-1].instance_id if full else None)
 
