@@ -36,6 +36,16 @@ def test_settings_come_from_the_spec_or_the_setting_and_name_no_password() -> No
         ("postgres", {}, "needs the DURABLE_HOST_POSTGRES setting"),
         ("postgres:host=h", {"DURABLE_HOST_POSTGRES_POOL": "0"}, "between 1 and 200"),
         ("postgres:host=h", {"DURABLE_HOST_POSTGRES_POOL": "many"}, "must be an integer"),
+        (
+            "postgres:host=h",
+            {"DURABLE_HOST_POSTGRES_STATEMENT_TIMEOUT_MS": "-1"},
+            "STATEMENT_TIMEOUT_MS must be between 0 and 3600000",
+        ),
+        (
+            "postgres:host=h",
+            {"DURABLE_HOST_POSTGRES_STATEMENT_TIMEOUT_MS": "1e3"},
+            "STATEMENT_TIMEOUT_MS must be an integer",
+        ),
         ("postgres:host=h password='pw-xyz", {}, "not a valid libpq"),
     ],
 )
