@@ -4,7 +4,7 @@ server (chat completions, streamed, as the agents' entities ask for it), a crash
 call included.
 
 The framework's pins conflict with the project's, so the host runs in the example's own
-environment, ``.venv-agentfw``, made by ``scripts/setup-agentfw`` from PyPI (pinned; the test
+environment, ``.venv-agentfw``, made by ``scripts/setup-example`` from PyPI (pinned; the test
 runs it, a no-op once done). Skipped only when PyPI cannot be reached to make it.
 """
 
@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,11 +21,10 @@ import pytest
 from aiohttp import web
 
 from durable_host.pytest_plugin import DurableHost
-from tests.examples.support import LoopbackServer
+from tests.examples.support import LoopbackServer, example_python
 from tests.harness import ROOT
 
 APP = ROOT / "examples" / "agent_framework"
-VENV_PYTHON = ROOT / ".venv-agentfw" / "bin" / "python"
 REQUEST = {"question": "Where should we go this weekend?", "friend": "Ann"}
 ANSWER = {
     "place": "Pick Where should we go this weekend?",
@@ -37,27 +34,8 @@ ANSWER = {
 
 @pytest.fixture(scope="module")
 def agentfw_python() -> Path:
-    """The example's environment, made (or found up to date) by scripts/setup-agentfw."""
-    setup = subprocess.run(
-        [str(ROOT / "scripts" / "setup-agentfw")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if setup.returncode != 0:
-        if not pypi_answers():
-            pytest.skip("PyPI is unreachable: .venv-agentfw cannot be installed")
-        pytest.fail(f"scripts/setup-agentfw failed:\n{setup.stderr[-4000:]}")
-    return VENV_PYTHON
-
-
-def pypi_answers() -> bool:
-    probe = subprocess.run(
-        [sys.executable, "-m", "pip", "index", "versions", "agent-framework-azurefunctions"],
-        capture_output=True,
-        timeout=120,
-    )
-    return probe.returncode == 0
+    """The example's environment, .venv-agentfw (scripts/setup-example)."""
+    return example_python("agent_framework", "agentfw", "agent-framework-azurefunctions")
 
 
 class ModelServer(LoopbackServer):

@@ -1,7 +1,10 @@
 """examples/openai_agents end to end on the host: the Durable Functions SDK's OpenAI Agents
 integration against a local OpenAI-compatible server, a crash during a model call included.
 
-Skipped unless the ``openai-agents`` package is installed (examples/openai_agents/requirements.txt).
+The host runs in the example's own environment, ``.venv-openai-agents``, made by
+``scripts/setup-example`` from PyPI (pinned; a no-op once done): where ``openai-agents`` is
+installed, every import of ``azure.durable_functions`` imports it, seconds of CPU in every
+other test's host processes. Skipped only when PyPI cannot be reached to make it.
 """
 
 from __future__ import annotations
@@ -10,17 +13,14 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 
-from tests.examples.support import LoopbackServer
+from tests.examples.support import LoopbackServer, example_python
 from tests.harness import ROOT
-
-pytest.importorskip(
-    "agents", reason="needs openai-agents (examples/openai_agents/requirements.txt)"
-)
 
 APP = ROOT / "examples" / "openai_agents"
 REQUEST = {"question": "Where should we go this weekend?", "friend": "Ann"}
@@ -89,6 +89,12 @@ class ModelServer(LoopbackServer):
         )
 
 
+@pytest.fixture(scope="module")
+def example() -> Path:
+    """The example's environment, .venv-openai-agents (scripts/setup-example)."""
+    return example_python("openai_agents", "openai-agents", "openai-agents")
+
+
 @pytest.fixture
 def model() -> Iterator[ModelServer]:
     server = ModelServer().start()
@@ -105,9 +111,9 @@ def settings(model: ModelServer) -> dict[str, str]:
 
 
 def test_two_agents_answer_through_model_call_activities(
-    durable_host_factory, model: ModelServer
+    durable_host_factory, model: ModelServer, example: Path
 ) -> None:
-    host = durable_host_factory(APP, env=settings(model))
+    host = durable_host_factory(APP, env=settings(model), python=example, timeout=120)
 
     run = host.start_new("trip_invitation", REQUEST)
     final = host.wait_for_completion(run, timeout=60)
@@ -120,9 +126,9 @@ def test_two_agents_answer_through_model_call_activities(
 
 
 def test_a_crash_during_a_model_call_gives_the_same_answer(
-    durable_host_factory, model: ModelServer
+    durable_host_factory, model: ModelServer, example: Path
 ) -> None:
-    host = durable_host_factory(APP, env=settings(model))
+    host = durable_host_factory(APP, env=settings(model), python=example, timeout=120)
     # The planner's call is answered; the writer's is held. Held by number, set before the
     # run: holding once the first call was seen could come after the second had passed.
     model.hold_from(2)
