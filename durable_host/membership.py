@@ -9,6 +9,18 @@ their leases lapse by themselves, so the attempt fails until then). ``leave`` (g
 stop) announces draining, releases every partition at once and removes the heartbeat, so
 the others take them at their next round instead of after the lease.
 
+A host's death is seen sooner than its lease: between rounds a lighter loop rewrites this
+host's heartbeat every ``beat`` seconds (a second by default) and lists the others'. A
+member whose heartbeat has not changed for ``silence`` seconds (``ownership.Silence``, on
+this host's own clock; the balancing interval by default, 5 s at the default lease) is
+dead: a round runs at once, and it ``evict``s the dead member's partitions (the backend
+releases their leases by the ids their holders wrote) and takes its share of them, instead
+of waiting for the leases to lapse. A member that was only slow loses its partitions so;
+its writes are refused from then on by the fence every commit already passes (an Azure
+commit is conditional on the instance head's ETag and meets the new owner's epoch; a
+PostgreSQL commit locks its partition row with its epoch), and it takes its share again
+at its next rounds.
+
 Versions side by side (``ownership.handovers``): before planning, a round hands over the
 partitions where this host left instances of another version untouched (``parked``) and
 a live host of that version could run them: the partition's blob is marked with the
@@ -30,7 +42,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from durable_host.ownership import Member, handovers, plan
+from durable_host.ownership import Member, Silence, handovers, plan
 
 log = logging.getLogger("durable_host.membership")
 
@@ -50,6 +62,8 @@ class Backend(Protocol):
     async def holdings(self) -> dict[int, str | None]: ...
 
     async def acquire(self, unit: int, holder: str | None) -> bool: ...
+
+    async def evict(self, unit: int, holder: str) -> bool: ...
 
     async def renew_all(self) -> None: ...
 
@@ -74,17 +88,27 @@ class Membership:
         lane: Callable[[Member], bool] | None = None,
         parked: Callable[[], Mapping[int, Sequence[str]]] | None = None,
         dwell: float | None = None,
+        beat: float | None = None,
+        silence: float | None = None,
     ) -> None:
         """``lane``: which members share this host's partitions (all by default);
         ``parked``: per held partition, the versions of the instances this host left
         untouched there; ``dwell``: how long a partition stays before it is handed over or
-        given back (two rounds by default)."""
+        given back (two rounds by default); ``beat``: seconds between heartbeats (a
+        third of ``silence``, at most 1 s); ``silence``: seconds without a changed
+        heartbeat that make a member dead (``interval`` by default)."""
         self.backend = backend
         self.me = me
         self.interval = interval
         self.lane = lane or (lambda _m: True)
         self.parked = parked
         self.dwell = interval * 2 if dwell is None else dwell
+        self.silence = Silence(interval if silence is None else silence)
+        self.beat = min(1.0, self.silence.silence / 3) if beat is None else beat
+        self.ttl = interval * 3 + 5.0
+        self.dead: set[str] = set()
+        self._wake = asyncio.Event()
+        self._beats: asyncio.Task[None] | None = None
         self._called: dict[int, float] = {}  # unit -> when it was taken, handed to us
         self.draining = False
         self.rounds = 0
@@ -96,14 +120,37 @@ class Membership:
         """The first round (this host takes what is free), then the loop."""
         await self.round()
         self._task = asyncio.create_task(self._loop())
+        self._beats = asyncio.create_task(self._beat_loop())
+
+    def is_dead(self, member: str) -> bool:
+        """Judged dead by its silent heartbeat and not seen beating since."""
+        return self.silence.is_dead(member)
+
+    async def _listing(self) -> list[Member]:
+        """The members of this lane, with the dead ones judged (``self.dead``) and left
+        out of ``last_members``."""
+        members = [m for m in await self.backend.members() if self.lane(m)]
+        self.dead = self.silence.observe(members, self.me.id, time.monotonic())
+        self.last_members = [m for m in members if m.id not in self.dead]
+        return self.last_members
 
     async def round(self) -> None:
         backend = self.backend
-        await backend.beat(self.me, ttl=self.interval * 3 + 5.0)
-        members = [m for m in await backend.members() if self.lane(m)]
+        await backend.beat(self.me, ttl=self.ttl)
+        members = await self._listing()
         holdings = await backend.holdings()
         wanted = backend.wanted()
-        self.last_members, self.last_holdings = members, holdings
+        if not self.draining:
+            for unit, holder in sorted(holdings.items()):
+                if holder in self.dead and await backend.evict(unit, holder):
+                    holdings[unit] = None
+                    log.warning(
+                        "partition %d evicted from %s: its heartbeat stopped %.0fs ago or more",
+                        unit,
+                        holder,
+                        self.silence.silence,
+                    )
+        self.last_holdings = holdings
         others = [m for m in members if not m.draining and m.id != self.me.id]
         if self.parked is not None and not self.draining:
             parked = self.parked()
@@ -148,7 +195,13 @@ class Membership:
     async def _loop(self) -> None:
         while True:
             # Jitter: hosts started together must not race every round in lockstep.
-            await asyncio.sleep(self.interval * (0.9 + 0.2 * random.random()))
+            try:
+                await asyncio.wait_for(
+                    self._wake.wait(), self.interval * (0.9 + 0.2 * random.random())
+                )
+            except TimeoutError:
+                pass
+            self._wake.clear()
             try:
                 await self.backend.renew_all()
                 await self.round()
@@ -157,12 +210,27 @@ class Membership:
             except Exception as exc:  # noqa: BLE001 - the next round tries again
                 log.warning("balancing round failed (next in %.0fs): %s", self.interval, exc)
 
+    async def _beat_loop(self) -> None:
+        """The heartbeat between rounds, and a round at once when a holder fell silent."""
+        while True:
+            await asyncio.sleep(self.beat)
+            try:
+                await self.backend.beat(self.me, ttl=self.ttl)
+                await self._listing()
+                if self.dead & set(self.last_holdings.values()):
+                    self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the next beat tries again
+                log.debug("heartbeat failed (next in %.1fs): %s", self.beat, exc)
+
     async def leave(self, timeout: float = 5.0) -> None:
         """Graceful stop: release every partition at once, remove the heartbeat."""
         self.draining = True
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        tasks = [t for t in (self._task, self._beats) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         try:
             async with asyncio.timeout(timeout):
                 for unit in sorted(self.backend.held()):

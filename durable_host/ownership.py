@@ -13,6 +13,12 @@
   live member holds: the holder above its share releases it at its own next round, and
   the member short of its share takes it at the round after. A draining member's share is
   zero.
+* ``Silence`` tells a dead member from a live one without trusting clocks: a member whose
+  heartbeat has not changed (its ``beat`` token) for ``silence`` seconds of the observer's
+  own monotonic clock is dead. A member first seen is given the full ``silence``; an
+  observer that stalled sees the tokens changed when it looks again, so only the observed
+  member's stall counts. A member judged dead stays so (for a claim check) until it beats
+  again, or for an hour.
 * Versions side by side (``docs/versioning.md``, "Side by side on the Azure store"): a
   partition holds instances of every version, and its owner may run only those its
   version policy allows. ``handovers`` picks the partitions a member hands to a live member
@@ -81,6 +87,7 @@ class Member:
     version: str = ""
     draining: bool = False
     extra: Mapping[str, str] = field(default_factory=dict)
+    beat: str = ""  # what changes at every heartbeat (an ETag, an expiry); "" not known
 
     def runs(self, version: str) -> bool:
         """May this member run an instance of ``version``? Its heartbeat's ``match`` (a
@@ -184,3 +191,42 @@ def handovers(
         if len(out) >= limit:
             break
     return out
+
+
+class Silence:
+    """Which members' heartbeats stopped (see the module docstring); ``now`` is the
+    caller's monotonic clock, so the rule is testable without sleeping."""
+
+    FORGET_AFTER = 3600.0
+
+    def __init__(self, silence: float) -> None:
+        self.silence = silence
+        self._seen: dict[str, tuple[str, float]] = {}  # member -> (beat token, since when)
+        self._dead: dict[str, float] = {}  # member -> when it was judged dead
+
+    def observe(self, members: Sequence[Member], me: str, now: float) -> set[str]:
+        """The members (not ``me``) silent for ``silence`` seconds, from this listing."""
+        listed = set()
+        for member in members:
+            listed.add(member.id)
+            seen = self._seen.get(member.id)
+            if seen is None or seen[0] != member.beat or not member.beat:
+                self._seen[member.id] = (member.beat, now)
+                self._dead.pop(member.id, None)
+        for gone in set(self._seen) - listed:
+            del self._seen[gone]  # its heartbeat expired or was removed: no member now
+        dead = {
+            m
+            for m, (_token, since) in self._seen.items()
+            if m != me and now - since >= self.silence
+        }
+        for name in dead:
+            self._dead.setdefault(name, now)
+        for name, judged in list(self._dead.items()):
+            if now - judged > self.FORGET_AFTER:
+                del self._dead[name]
+        return dead
+
+    def is_dead(self, member: str) -> bool:
+        """Judged dead by a listing and not seen beating since (claims of it do not count)."""
+        return member in self._dead

@@ -18,7 +18,9 @@ Blobs of the hub's container:
   version (``hand_over``, ``ownership.handovers``) is released with ``handover`` (that
   version) in its metadata, until the next acquisition rewrites it.
 * ``hosts/<hash of the host id>`` - heartbeats: ``owner``, ``version``, ``draining``,
-  ``expires`` (Unix seconds) in the metadata.
+  ``expires`` (Unix seconds) in the metadata; the blob's ETag, new at every beat, is the
+  token ``ownership.Silence`` watches. ``evict`` releases a silent holder's partition by
+  the lease id it wrote in the partition's metadata.
 
 ``HubPartitions`` is the ``membership.Backend`` of the Azure store and the store's fence:
 ``check(partition_key)`` returns the epoch to stamp a commit with while the lease of the
@@ -96,6 +98,7 @@ class HubPartitions:
         self.seed_epoch = 0
         self._held: dict[int, PartitionLease] = {}
         self._wanted: dict[int, str] = {}  # free unit -> the version it was handed over to
+        self._leases: dict[int, str] = {}  # held unit -> its holder's lease id (last listing)
         self.acquired_at: dict[int, float] = {}  # unit -> monotonic time it was taken
 
     def blob(self, unit: int) -> Any:
@@ -209,7 +212,15 @@ class HubPartitions:
                 for k, v in meta.items()
                 if k not in ("owner", "version", "draining", "expires")
             }
-            found.append(Member(owner, meta.get("version", ""), bool(meta.get("draining")), extra))
+            found.append(
+                Member(
+                    owner,
+                    meta.get("version", ""),
+                    bool(meta.get("draining")),
+                    extra,
+                    beat=str(item.etag or ""),
+                )
+            )
         return found
 
     async def holdings(self) -> dict[int, str | None]:
@@ -217,6 +228,7 @@ class HubPartitions:
         machine holding one has its lease released here: a restart takes over at once."""
         found: dict[int, str | None] = dict.fromkeys(self.units)
         wanted: dict[int, str] = {}
+        leases: dict[int, str] = {}
         prefix = PARTITIONS_PREFIX + self.lane
         async for item in self.container.list_blobs(name_starts_with=prefix, include=["metadata"]):
             suffix = item.name[len(prefix) :]
@@ -237,8 +249,22 @@ class HubPartitions:
                 await _release(self.blob(int(suffix)), meta["lease"])
                 continue
             found[int(suffix)] = holder or "?"
-        self._wanted = wanted
+            leases[int(suffix)] = meta.get("lease", "")
+        self._wanted, self._leases = wanted, leases
         return found
+
+    async def evict(self, unit: int, holder: str) -> bool:
+        """Release the lease of a partition whose holder's heartbeat stopped, by the lease
+        id the holder wrote when it took it (as ``holdings`` last listed it)."""
+        lease_id = self._leases.get(unit)
+        if not lease_id or holder == self.owner:
+            return False
+        try:
+            await BlobLeaseClient(self.blob(unit), lease_id=lease_id).release()
+        except AzureError as exc:
+            log.info("partition %d: could not evict %s: %s", unit, holder, exc)
+            return False
+        return True
 
     def wanted(self) -> dict[int, str]:
         """Free partitions handed over for a version, as the last ``holdings`` found them."""

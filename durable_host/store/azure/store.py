@@ -182,6 +182,7 @@ class AzureStore:
                 parked=self._parked,
             )
             self.work.is_live = self._is_live
+            self.work.is_dead = self.membership.is_dead
             await self.membership.join()
             self._joined = True  # from now on a partition taken is looked at by ``poll``
         except PartitionCountError:

@@ -18,7 +18,8 @@ Several hosts on one hub share the work items: a work item's **claimer** is ``C`
 by a claim) or, before any claim, ``W`` (the host whose commit created it, handed to its
 own engine) while its count is above 0. A claim expires with its claimer's heartbeat
 (``membership``): ``is_live`` says whether a host id is a live member other than this one.
-A claim also counts for ``CLAIM_GRACE`` seconds after it was made (``CT``), whoever made it.
+A claim also counts for ``CLAIM_GRACE`` seconds after it was made (``CT``), whoever made it,
+unless its claimer's heartbeat was seen to stop (``is_dead``).
 A work item claimed by a live other host is neither adopted nor claimed here (a claim then
 answers 0, as for a work item already gone); a released one (``C`` empty: abandoned at a
 stop, or waiting for a slot on the host that created it) is anyone's - but a host leaves
@@ -68,6 +69,7 @@ class WorkItems:
         # ``poll`` surveys them soon, so a result nobody announced here is not left waiting.
         self.recheck: set[str] = set()
         self.is_live: Callable[[str], bool] = lambda _host: False  # one host: nobody else
+        self.is_dead: Callable[[str], bool] = lambda _host: False
         self.leaves: Callable[[str], bool] = lambda _name: False  # an activity left to others
 
     def claimed_elsewhere(self, row: Any) -> bool:
@@ -79,8 +81,9 @@ class WorkItems:
             return False
         # A claim younger than a heartbeat's lifetime counts even from a host this one has
         # not seen yet (it joined since the last balancing round).
+        # Not from a host whose heartbeat was seen to stop (``ownership.Silence``).
         recent = time.time() - float(row.get("CT", 0) or 0) < CLAIM_GRACE
-        return recent or self.is_live(str(claimer))
+        return (recent and not self.is_dead(str(claimer))) or self.is_live(str(claimer))
 
     def hand_over(self, works: list[ActivityWork], partition: str) -> None:
         """Work items a commit created, which this process's engine runs at once."""

@@ -11,7 +11,9 @@ Tables of the hub's schema (``schema``, version 2):
   restarted takes its partitions back at once); the epoch grows by one with every
   acquisition. ``renew_all`` pushes every held row's expiry in one statement; a row that
   comes back with another epoch, or not at all, is lost.
-* ``hosts (id, version, draining, extra, expires_at)`` - heartbeats.
+* ``hosts (id, version, draining, extra, expires_at)`` - heartbeats; ``expires_at``, new
+  at every beat, is the token ``ownership.Silence`` watches. ``evict`` frees a silent
+  holder's partition and expires its heartbeat.
 
 ``HubPartitions`` is the ``membership.Backend`` of the PostgreSQL store and its fence:
 ``check(instance_id)`` names the partition and epoch an owner write must lock
@@ -132,20 +134,22 @@ class HubPartitions:
     async def members(self) -> list[Member]:
         """Live heartbeats; a dead process of this machine is no member (a restart)."""
 
-        async def read(conn: Conn) -> list[tuple[str, str, bool, str]]:
+        async def read(conn: Conn) -> list[tuple[str, str, bool, str, str]]:
             cur = await self.db.execute(
                 conn,
-                "SELECT id, version, draining, extra FROM hosts"
+                "SELECT id, version, draining, extra, expires_at::text FROM hosts"
                 " WHERE expires_at > clock_timestamp() ORDER BY id",
             )
-            return [(r[0], r[1], bool(r[2]), r[3]) for r in await cur.fetchall()]
+            return [(r[0], r[1], bool(r[2]), r[3], r[4]) for r in await cur.fetchall()]
 
         found, dead = [], []
-        for host, version, draining, extra in await self.db.read(read):
+        for host, version, draining, extra, beat in await self.db.read(read):
             if host != self.owner and is_dead_process_here(host):
                 dead.append(host)
                 continue
-            found.append(Member(host, version or "", draining, json.loads(extra or "{}")))
+            found.append(
+                Member(host, version or "", draining, json.loads(extra or "{}"), beat=beat)
+            )
         if dead:
             await self._bury(dead)
         return found
@@ -222,6 +226,30 @@ class HubPartitions:
         log.info("partition %d of %d: this host holds it as epoch %d", unit, self.count, epoch)
         self._changed()
         return True
+
+    async def evict(self, unit: int, holder: str) -> bool:
+        """Free a partition whose holder's heartbeat stopped, and expire that heartbeat, so
+        its activity claims lapse too. The epoch stays: the next ``acquire`` raises it,
+        and from then on every commit of the old holder finds no row to lock."""
+        if holder == self.owner:
+            return False
+
+        async def body(conn: Conn) -> bool:
+            cur = await self.db.execute(
+                conn,
+                "UPDATE partitions SET owner = NULL, expires_at = '-infinity'"
+                " WHERE unit = %s AND owner = %s RETURNING unit",
+                (unit, holder),
+            )
+            freed = await cur.fetchone()
+            await self.db.execute(
+                conn,
+                "UPDATE hosts SET expires_at = clock_timestamp() WHERE id = %s",
+                (holder,),
+            )
+            return freed is not None
+
+        return bool(await self.db.write("evict partition", body, fault=False))
 
     def wanted(self) -> dict[int, str]:
         """Partitions handed over for a version: none here (versions side by side are the

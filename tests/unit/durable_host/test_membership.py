@@ -15,6 +15,9 @@ class Hub:
         self.holder: dict[int, str | None] = dict.fromkeys(range(count))
         self.beats: dict[str, Member] = {}
         self.wanted: dict[int, str] = {}  # free unit -> the version it was handed over to
+        self.count = 0  # heartbeats written, the beat token
+        self.frozen = ""  # a member whose heartbeat stopped changing
+        self.evicted: list[tuple[int, str]] = []
 
 
 class FakeBackend:
@@ -28,7 +31,11 @@ class FakeBackend:
         return {u for u, h in self.hub.holder.items() if h == self.me}
 
     async def beat(self, me: Member, ttl: float) -> None:
-        self.hub.beats[me.id] = me
+        if self.hub.frozen != me.id:  # a frozen member's heartbeat no longer changes
+            self.hub.count += 1
+            self.hub.beats[me.id] = Member(
+                me.id, me.version, me.draining, me.extra, str(self.hub.count)
+            )
 
     async def forget(self, me: Member) -> None:
         self.hub.beats.pop(me.id, None)
@@ -45,6 +52,13 @@ class FakeBackend:
         self.hub.holder[unit] = self.me
         self.hub.wanted.pop(unit, None)  # an acquisition rewrites the mark
         self.taken_at[unit] = self.clock[0]
+        return True
+
+    async def evict(self, unit: int, holder: str) -> bool:
+        if self.hub.holder[unit] != holder:
+            return False
+        self.hub.holder[unit] = None
+        self.hub.evicted.append((unit, holder))
         return True
 
     async def renew_all(self) -> None:
@@ -102,6 +116,36 @@ def test_a_dead_members_units_are_taken_once_its_heartbeat_is_gone() -> None:
         await b.round()
         assert b.backend.held() == {0, 1, 2, 3}
         await b.leave()
+
+    asyncio.run(body())
+
+
+def test_a_members_units_are_evicted_when_its_heartbeat_stops_changing() -> None:
+    async def body() -> None:
+        hub = Hub()
+        a = Membership(FakeBackend(hub, "a"), Member("a"), 60, silence=0.2)
+        b = Membership(FakeBackend(hub, "b"), Member("b"), 60, silence=0.2)
+        await a.join()
+        await b.join()
+        await a.round()
+        await b.round()
+        assert len(b.backend.held()) == 2 and not hub.evicted
+        # a hangs: its heartbeat stays listed (not expired) but no longer changes. b's beat
+        # loop (every silence / 3) sees it and runs a round at once, not after its interval.
+        hub.frozen = "a"
+        deadline = asyncio.get_running_loop().time() + 5
+        while b.backend.held() != {0, 1, 2, 3}:
+            assert asyncio.get_running_loop().time() < deadline, hub.holder
+            await asyncio.sleep(0.05)
+        assert sorted(hub.evicted) == [(0, "a"), (1, "a")]
+        assert b.is_dead("a") and [m.id for m in b.last_members] == ["b"]
+        # It beats again: alive, and it takes its share again at its next rounds.
+        hub.frozen = ""
+        await a.round()
+        await b.round()
+        assert not b.is_dead("a")
+        for host in (a, b):
+            await host.leave()
 
     asyncio.run(body())
 

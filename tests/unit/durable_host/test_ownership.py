@@ -178,3 +178,31 @@ def test_kept_units_are_not_released_for_balance():
     assert o.plan(UNITS, ["a", "b"], holdings, "a").release == (2,)
     assert o.plan(UNITS, ["a", "b"], holdings, "a", keep=[2]).release == (1,)
     assert o.plan(UNITS, ["a", "b"], holdings, "a", keep=[0, 1, 2]) == o.Plan(share=2)
+
+
+def test_a_member_is_dead_once_its_heartbeat_stays_unchanged_for_the_silence():
+    silence = o.Silence(5.0)
+
+    def beat(token: str) -> list[o.Member]:
+        return [o.Member("me", beat="x"), o.Member("b", beat=token)]
+
+    assert silence.observe(beat("1"), "me", 100.0) == set()  # first seen: given the silence
+    assert silence.observe(beat("1"), "me", 104.9) == set()
+    assert silence.observe(beat("1"), "me", 105.0) == {"b"}
+    assert silence.is_dead("b")
+    assert silence.observe(beat("2"), "me", 106.0) == set()  # it beat again: alive
+    assert not silence.is_dead("b")
+    # The observer stalled for a minute: the token changed meanwhile, so b is alive.
+    assert silence.observe(beat("3"), "me", 166.0) == set()
+    # Never the observer itself, and never a member whose heartbeat carries no token.
+    assert silence.observe([o.Member("me", beat="x"), o.Member("c")], "me", 999.0) == set()
+
+
+def test_a_dead_member_stays_dead_for_claims_after_its_heartbeat_is_gone():
+    silence = o.Silence(5.0)
+    silence.observe([o.Member("b", beat="1")], "me", 0.0)
+    assert silence.observe([o.Member("b", beat="1")], "me", 6.0) == {"b"}
+    assert silence.observe([], "me", 30.0) == set()  # its heartbeat expired: no member
+    assert silence.is_dead("b")
+    silence.observe([], "me", 30.0 + 3600)
+    assert not silence.is_dead("b")  # forgotten after an hour
