@@ -33,7 +33,7 @@ from typing import Any
 
 from durable_host import config as config_mod
 from durable_host import history as h
-from durable_host import loader, startup_report, telemetry, timer_triggers, wake
+from durable_host import loader, membership, startup_report, telemetry, timer_triggers, wake
 from durable_host.client import DurableClient
 from durable_host.dashboard import Dashboard
 from durable_host.engine import Engine
@@ -117,6 +117,11 @@ def _azure_store(
         raise StoreSpecError(
             f"hub name {hub!r} must be 3-50 letters or digits, starting with a letter"
         )
+    try:
+        lease = membership.seconds_setting(os.environ, membership.LEASE_SETTING, 15, 15, 60)
+        silence = membership.silence_setting(os.environ, lease)
+    except ValueError as exc:
+        raise StoreSpecError(str(exc)) from None
     return AzureStore(
         connection,
         hub,
@@ -126,6 +131,8 @@ def _azure_store(
         partition_count=cfg.partition_count,
         version=cfg.default_version or "",
         policy=cfg.versioning,
+        lease_seconds=int(lease),
+        silence_seconds=silence,
     )
 
 

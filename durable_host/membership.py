@@ -47,6 +47,31 @@ from durable_host.ownership import Member, Silence, handovers, plan
 log = logging.getLogger("durable_host.membership")
 
 
+LEASE_SETTING = "DURABLE_HOST_LEASE_SECONDS"
+SILENCE_SETTING = "DURABLE_HOST_SILENCE_SECONDS"
+
+
+def seconds_setting(
+    env: Mapping[str, str], name: str, default: float, low: int, high: int
+) -> float:
+    """A whole number of seconds from ``low`` to ``high``; unset or empty is ``default``;
+    anything else is a ``ValueError`` naming the setting and the value."""
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise ValueError(
+            f"{name}={text[:40]!r} is not a whole number of seconds from {low} to {high}"
+        )
+    return float(int(text))
+
+
+def silence_setting(env: Mapping[str, str], lease: float) -> float:
+    """``DURABLE_HOST_SILENCE_SECONDS`` (1-60): how long a heartbeat may stay unchanged
+    before its host is dead; a third of the lease by default."""
+    return seconds_setting(env, SILENCE_SETTING, lease / 3, 1, 60)
+
+
 class Backend(Protocol):
     @property
     def units(self) -> Sequence[int]: ...

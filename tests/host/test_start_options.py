@@ -11,6 +11,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.harness import APPS, ROOT, HostProcess
 
 SAMPLE = APPS / "devtool"
@@ -222,3 +224,24 @@ def test_an_engine_count_that_is_not_a_number_is_refused(tmp_path: Path) -> None
     line = one_line(run_start("--app-dir", str(app)))
 
     assert "DURABLE_HOST_SESSION_VERIFY='every tenth' is not a whole number" in line
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("DURABLE_HOST_LEASE_SECONDS", "5"),  # Azure blob leases start at 15 s
+        ("DURABLE_HOST_LEASE_SECONDS", "fifteen"),
+        ("DURABLE_HOST_SILENCE_SECONDS", "0"),
+        ("DURABLE_HOST_SILENCE_SECONDS", "2.5"),
+    ],
+)
+def test_a_bad_lease_or_silence_on_azure_is_refused_by_name(
+    tmp_path: Path, setting: str, value: str
+) -> None:
+    values = {"AzureWebJobsStorage": "UseDevelopmentStorage=true", setting: value}
+    app = app_copy(tmp_path, {"Values": values})
+
+    line = one_line(run_start("--app-dir", str(app), "--store", "azure"))
+
+    assert f"{setting}={value!r} is not a whole number of seconds from" in line
+    assert not (app / ".durable" / "azurite").exists()  # refused before Azurite was started

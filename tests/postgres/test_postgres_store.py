@@ -46,6 +46,11 @@ def test_settings_come_from_the_spec_or_the_setting_and_name_no_password() -> No
             {"DURABLE_HOST_POSTGRES_STATEMENT_TIMEOUT_MS": "1e3"},
             "STATEMENT_TIMEOUT_MS must be an integer",
         ),
+        (
+            "postgres:host=h",
+            {"DURABLE_HOST_SILENCE_SECONDS": "61"},
+            "DURABLE_HOST_SILENCE_SECONDS='61' is not a whole number of seconds from 1 to 60",
+        ),
         ("postgres:host=h password='pw-xyz", {}, "not a valid libpq"),
     ],
 )

@@ -19,7 +19,9 @@ Settings: ``partition_count`` (host.json ``storageProvider.partitionCount``),
 ``version`` and ``policy`` (the app's ``defaultVersion`` and version policy, announced in
 the heartbeat), ``parking`` (the engine's instances left untouched for their version: the
 partitions holding some are handed to a host of their version, ``docs/versioning.md``),
-``DURABLE_HOST_LEASE_SECONDS`` (15-60, default 15),
+``lease_seconds`` and ``silence_seconds`` (``DURABLE_HOST_LEASE_SECONDS``, 15-60, default
+15, and ``DURABLE_HOST_SILENCE_SECONDS``, 1-60, default a third of the lease, read and
+checked by the host: ``membership``),
 ``DURABLE_HOST_AZURE_RETRY_SECONDS`` (default 60). Tests: ``DURABLE_HOST_AZURE_FAULTS``
 loses chosen responses (``faults``), and the SIGKILL point ``store.before_commit`` of
 ``DURABLE_HOST_FAULTS`` fires before each operation's final write (for a commit: after
@@ -95,6 +97,7 @@ class AzureStore:
         partition_count: int = DEFAULT_PARTITIONS,
         version: str = "",
         policy: VersionPolicy | None = None,
+        silence_seconds: float | None = None,
     ) -> None:
         """``read_only``: inspect a hub without taking a partition (tools, tests); writes
         fail, discovery reports the whole hub."""
@@ -107,6 +110,7 @@ class AzureStore:
         self.lease_seconds = lease_seconds or int(
             os.environ.get("DURABLE_HOST_LEASE_SECONDS", "15")
         )
+        self.silence_seconds = silence_seconds or self.lease_seconds / 3
         self.retry_seconds = retry_seconds or float(
             os.environ.get("DURABLE_HOST_AZURE_RETRY_SECONDS", "60")
         )
@@ -180,6 +184,7 @@ class AzureStore:
                 Member(self.tables.writer, self.version, extra=extra),
                 self.lease_seconds / 3,
                 parked=self._parked,
+                silence=self.silence_seconds,
             )
             self.work.is_live = self._is_live
             self.work.is_dead = self.membership.is_dead

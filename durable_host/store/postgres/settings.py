@@ -13,7 +13,9 @@ message reaches a log, a status or an error.
 
 Other settings (environment): ``DURABLE_HOST_POSTGRES_POOL`` (connections, default 10),
 ``DURABLE_HOST_POSTGRES_STATEMENT_TIMEOUT_MS`` (default 30000), ``DURABLE_HOST_LEASE_SECONDS``
-(the hub lease, 5-60, default 15), ``DURABLE_HOST_POSTGRES_RETRY_SECONDS`` (how long an
+(the hub lease, 5-60, default 15), ``DURABLE_HOST_SILENCE_SECONDS`` (a heartbeat unchanged
+that long makes its host dead: ``membership``; 1-60, default a third of the lease),
+``DURABLE_HOST_POSTGRES_RETRY_SECONDS`` (how long an
 operation retries a lost connection before it fails as a store error, default 10).
 """
 
@@ -24,6 +26,8 @@ import re
 from dataclasses import dataclass, field
 
 from psycopg import conninfo as pg_conninfo
+
+from durable_host.membership import silence_setting
 
 SETTING = "DURABLE_HOST_POSTGRES"
 SCHEMA_PREFIX = "dh_"  # a hub's tables live in the schema dh_<hub, lower case>
@@ -42,6 +46,7 @@ class PostgresSettings:
     statement_timeout_ms: int = 30_000
     lease_seconds: int = 15
     retry_seconds: float = 10.0
+    silence_seconds: float = 5.0
 
     @property
     def schema(self) -> str:
@@ -82,6 +87,11 @@ def from_spec(spec: str, hub: str, env: dict[str, str] | None = None) -> Postgre
         raise PostgresSettingsError(
             f"hub name {hub!r} must be 3-50 letters or digits, starting with a letter"
         )
+    lease = _int(env, "DURABLE_HOST_LEASE_SECONDS", 15, 5, 60)
+    try:
+        silence = silence_setting(env, lease)
+    except ValueError as exc:
+        raise PostgresSettingsError(str(exc)) from None
     return PostgresSettings(
         conninfo=conninfo,
         hub=hub,
@@ -89,8 +99,9 @@ def from_spec(spec: str, hub: str, env: dict[str, str] | None = None) -> Postgre
         statement_timeout_ms=_int(
             env, "DURABLE_HOST_POSTGRES_STATEMENT_TIMEOUT_MS", 30_000, 0, 3_600_000
         ),
-        lease_seconds=_int(env, "DURABLE_HOST_LEASE_SECONDS", 15, 5, 60),
+        lease_seconds=lease,
         retry_seconds=float(_int(env, "DURABLE_HOST_POSTGRES_RETRY_SECONDS", 10, 0, 3600)),
+        silence_seconds=silence,
     )
 
 

@@ -131,7 +131,10 @@ class PostgresStore:
         self.partitions = partitions
         self.db.fencer = partitions
         self.membership = Membership(
-            partitions, Member(self.owner, self.version), self.settings.lease_seconds / 3
+            partitions,
+            Member(self.owner, self.version),
+            self.settings.lease_seconds / 3,
+            silence=self.settings.silence_seconds,
         )
         await self.membership.join()
         log.info(
