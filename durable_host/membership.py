@@ -68,8 +68,9 @@ def seconds_setting(
 
 def silence_setting(env: Mapping[str, str], lease: float) -> float:
     """``DURABLE_HOST_SILENCE_SECONDS`` (1-60): how long a heartbeat may stay unchanged
-    before its host is dead; a third of the lease by default."""
-    return seconds_setting(env, SILENCE_SETTING, lease / 3, 1, 60)
+    before its host is dead; a third of the lease by default, 3 s at least (a host busy
+    for a second or two is not dead)."""
+    return seconds_setting(env, SILENCE_SETTING, max(3.0, lease / 3), 1, 60)
 
 
 class Backend(Protocol):

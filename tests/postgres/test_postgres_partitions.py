@@ -18,10 +18,13 @@ from typing import Any
 
 import pytest
 
+from durable_host.orchestration import Episode
+from durable_host.store.base import UnitLostError
 from durable_host.store.postgres import PostgresStore, from_spec
 from tests.harness import APPS, HostProcess, wait_for
 from tests.store.test_azure_fencing import assert_no_fork, start_slow
 
+START = {"kind": "start", "event": {"EventType": 0, "Name": "o"}}
 LEASE = 5  # the shortest the setting allows: takeovers within a test's patience
 
 
@@ -94,6 +97,64 @@ def test_an_activity_claimed_by_a_live_host_is_not_claimed_again(postgres_url: s
             await b.close()
             await a.close()
 
+    asyncio.run(main())
+
+
+def test_a_silent_host_is_evicted_before_its_lease_lapses_and_fenced(
+    postgres_url: str, caplog
+) -> None:
+    """``a`` hangs (no heartbeat, no renewal; its lease still runs): ``b`` sees the heartbeat
+    unchanged for the silence, frees and takes the partition, and takes over ``a``'s
+    activity claim; ``a``'s commit afterwards finds its epoch gone and writes nothing."""
+    hub = "E" + uuid.uuid4().hex[:10]
+    env = {"DURABLE_HOST_LEASE_SECONDS": "60", "DURABLE_HOST_SILENCE_SECONDS": "1"}
+
+    async def main() -> None:
+        a, b = (
+            PostgresStore(from_spec(f"postgres:{postgres_url}", hub, env=env), partition_count=1)
+            for _ in range(2)
+        )
+        await a.open()
+        await b.open()
+        try:
+            await a.send("i", START, "t")
+            messages = await a.fetch_messages("i", "t")
+            conn = await a.db.connect()
+            cur = await conn.execute(
+                "INSERT INTO activities (instance_id, execution_id, task_id, name, input)"
+                " VALUES ('i', 'e', 0, 'act', NULL) RETURNING id"
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            await conn.close()
+            assert await a.mark_activity_dequeued(int(row[0])) == 1
+            assert a.membership is not None
+            for task in (a.membership._task, a.membership._beats):
+                assert task is not None
+                task.cancel()  # hung: from now on its heartbeat does not change
+            assert b.partitions is not None
+            deadline = time.monotonic() + 30
+            while b.partitions.held() != {0} and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert b.partitions.held() == {0}, "b never evicted the silent host"
+            assert "partition 0 evicted from" in caplog.text
+            assert await b.mark_activity_dequeued(int(row[0])) == 2  # a's claim lapsed: run 2
+            late = Episode(
+                consumed=[i for i, _ in messages],
+                events=[{"EventType": 0}],
+                replace_history=True,
+                execution_id="e1",
+                status="Running",
+                name="o",
+            )
+            with pytest.raises(UnitLostError):
+                await a.commit_episode("i", late, "t")
+            assert await b.get_history("i") == []  # nothing of a's landed
+        finally:
+            await b.close()
+            await a.close()
+
+    caplog.set_level("INFO")
     asyncio.run(main())
 
 

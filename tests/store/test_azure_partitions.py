@@ -17,7 +17,7 @@ import pytest
 
 from durable_host.orchestration import Episode
 from durable_host.ownership import partition_of
-from durable_host.store.base import UnitLostError
+from durable_host.store.base import StoreError, UnitLostError
 from tests.harness import store_specs
 
 pytestmark = pytest.mark.skipif(
@@ -170,6 +170,63 @@ def test_a_host_past_its_lease_is_fenced_and_nothing_it_writes_lands(azurite_con
             await b.close()
             await a.close()
 
+    asyncio.run(body())
+
+
+def test_a_silent_host_is_evicted_before_its_lease_lapses_and_is_fenced(
+    azurite_connection, caplog
+) -> None:
+    """``a`` hangs (no heartbeat, no renewal; its lease still runs for seconds): ``b`` sees
+    the heartbeat unchanged for the silence, evicts the partition and commits first; ``a``,
+    which still believes its lease valid, commits afterwards and nothing of it lands."""
+
+    async def body() -> None:
+        hub = "P" + uuid.uuid4().hex[:12]
+        a, b = stores(azurite_connection, hub, 2, silence_seconds=1)
+        await a.open()
+        await b.open()
+        instance = an_instance_in(1)
+        try:
+            await a.send(instance, START, "t")
+            messages = await a.fetch_messages(instance, "t")
+            first_epoch = a.partitions.epochs()[1]
+            for task in (a.membership._task, a.membership._beats):
+                assert task is not None
+                task.cancel()  # hung: from now on its heartbeat does not change
+            deadline = time.monotonic() + 30
+            while held(b) != {0, 1, 2, 3} and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)  # b's own loops notice and act
+            assert held(b) == {0, 1, 2, 3}, "b never evicted the silent host"
+            assert "partition 1 evicted from" in caplog.text
+            assert b.partitions.epochs()[1] == first_epoch + 1
+            assert 1 in held(a)  # a still believes it holds the partition
+            again = await b.fetch_messages(instance, "t")
+            assert [m for _, m in again] == [m for _, m in messages]
+            episode = Episode(
+                consumed=[i for i, _ in again],
+                events=[{"EventType": 0}],
+                replace_history=True,
+                execution_id="e1",
+                status="Running",
+                name="o",
+            )
+            await b.commit_episode(instance, episode, "t")
+            late = Episode(
+                consumed=[i for i, _ in messages],
+                events=[{"EventType": 0}, {"EventType": 12}],
+                replace_history=True,
+                execution_id="e1",
+                status="Running",
+                name="o",
+            )
+            with pytest.raises(StoreError):  # the head's ETag changed under it: 409
+                await a.commit_episode(instance, late, "t")
+            assert await b.get_history(instance) == [{"EventType": 0}]  # nothing of a's
+        finally:
+            await b.close()
+            await a.close()
+
+    caplog.set_level("INFO")
     asyncio.run(body())
 
 

@@ -14,7 +14,7 @@ message reaches a log, a status or an error.
 Other settings (environment): ``DURABLE_HOST_POSTGRES_POOL`` (connections, default 10),
 ``DURABLE_HOST_POSTGRES_STATEMENT_TIMEOUT_MS`` (default 30000), ``DURABLE_HOST_LEASE_SECONDS``
 (the hub lease, 5-60, default 15), ``DURABLE_HOST_SILENCE_SECONDS`` (a heartbeat unchanged
-that long makes its host dead: ``membership``; 1-60, default a third of the lease),
+that long makes its host dead: ``membership``; 1-60, default a third of the lease, 3 s at least),
 ``DURABLE_HOST_POSTGRES_RETRY_SECONDS`` (how long an
 operation retries a lost connection before it fails as a store error, default 10).
 """
