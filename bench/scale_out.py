@@ -15,8 +15,14 @@ machine; printed: kill to the new process answering, kill to it holding every pa
 (the dead holder's leases released at once, not waited out), kill to the chain's next
 completed step.
 
+With ``--death N``: N times, two hosts standing for two machines (``DURABLE_HOST_MACHINE_NAME``)
+share a fresh hub with a chain in every partition; one is SIGKILLed and not replaced.
+Printed per run and as p50/max: kill to the survivor holding every partition (it evicts
+the dead host's partitions once its heartbeat was silent for ``DURABLE_HOST_SILENCE_SECONDS``)
+and kill to the first new step of a chain in one of the dead host's partitions.
+
 Usage: ``python bench/scale_out.py [--store azure|postgres] [--hosts 1,2,4] [--instances 32]
-[--steps 10] [--restart]``
+[--steps 10] [--restart] [--death N]``
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -35,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from durable_host.history import EventType
+from durable_host.ownership import partition_of
 from durable_host.store.azure import AzureStore
 from durable_host.testing import HostProcess, wait_for
 
@@ -110,6 +118,58 @@ def restart(tmp: Path, kind: str) -> None:
     )
 
 
+def death(tmp: Path, kind: str, run_number: int) -> tuple[float, float]:
+    """One host of two (two machines) killed: kill to the survivor holding every
+    partition, and to the first new step of a chain of the dead host's partitions."""
+    hub = "D" + uuid.uuid4().hex[:12]
+    hosts = [
+        HostProcess(
+            APP,
+            kind,
+            env={"DURABLE_HOST_HUB": hub, "DURABLE_HOST_MACHINE_NAME": f"machine-{name}"},
+            log_path=tmp / f"d{run_number}{name}.log",
+        )
+        for name in "ab"
+    ]
+    try:
+        for host in hosts:
+            host.start(timeout=120)
+        doomed, survivor = hosts
+        wait_for(lambda: held(doomed) == 2 and held(survivor) == 2, 60, "a share each", 0.2)
+        units = set(doomed.get("/admin/host/status").json()["partitions"]["held"])
+        chains: list[str] = []
+        n = 0
+        while {partition_of(c, 4) for c in chains} != {0, 1, 2, 3}:
+            instance_id = f"chain-{run_number}-{n}"
+            n += 1
+            if partition_of(instance_id, 4) not in {partition_of(c, 4) for c in chains}:
+                survivor.post(
+                    f"/runtime/webhooks/durabletask/orchestrators/io_chain/{instance_id}",
+                    {"steps": 400},
+                )
+                chains.append(instance_id)
+        theirs = [c for c in chains if partition_of(c, 4) in units]
+        wait_for(lambda: all(steps_done(survivor, c) >= 3 for c in chains), 60, "chains", 0.1)
+        assert doomed.process is not None
+        doomed.process.kill()
+        doomed.process.wait(10)
+        killed = time.perf_counter()
+        done = {c: steps_done(survivor, c) for c in theirs}
+        holding = resumed = 0.0
+        deadline = killed + 90
+        while not (holding and resumed) and time.perf_counter() < deadline:
+            now = time.perf_counter() - killed
+            if not holding and held(survivor) == 4:
+                holding = now
+            if not resumed and any(steps_done(survivor, c) > done[c] for c in theirs):
+                resumed = now
+            time.sleep(0.05)
+    finally:
+        for host in hosts:
+            host.kill()
+    return holding, resumed
+
+
 def steps_done(host: HostProcess, instance_id: str) -> int:
     status = host.status(instance_id, "?showHistory=true") or {}
     events = status.get("historyEvents") or []
@@ -143,6 +203,7 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=32)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--restart", action="store_true")
+    parser.add_argument("--death", type=int, default=0, metavar="N")
     parser.add_argument("--store", choices=("azure", "postgres"), default="azure")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
@@ -163,6 +224,17 @@ def main() -> None:
     try:
         if args.restart:
             restart(tmp, args.store)
+            return
+        if args.death:
+            silence = os.environ.get("DURABLE_HOST_SILENCE_SECONDS") or "default"
+            print(f"{args.store}: a host's death, silence {silence}")
+            print("| run | every partition held s | first step of its chains s |")
+            print("|---|---|---|")
+            runs = [death(tmp, args.store, n) for n in range(args.death)]
+            for n, (holding, resumed) in enumerate(runs):
+                print(f"| {n + 1} | {holding:.1f} | {resumed:.1f} |", flush=True)
+            for name, values in (("held", [r[0] for r in runs]), ("resumed", [r[1] for r in runs])):
+                print(f"{name}: p50 {statistics.median(values):.1f}s, max {max(values):.1f}s")
             return
         print(
             f"{args.store}: {args.instances} chains x {args.steps} activities of 50 ms,"
