@@ -527,7 +527,9 @@ class PostgresStore:
     async def poll(self) -> tuple[list[str], list[ActivityWork]]:
         """Wait for a NOTIFY of another writer or the next sweep; never raises."""
         try:
-            wait = 0.0 if self._taken else max(0.0, self._next_sweep - time.monotonic())
+            # At most a second at a time: a partition taken meanwhile (``_taken``) is swept
+            # within a second, not at the next sweep.
+            wait = 0.0 if self._taken else min(1.0, max(0.0, self._next_sweep - time.monotonic()))
             woken = self._owned(await self.listener.wait(wait))
             if time.monotonic() < self._next_sweep and not self._taken:
                 return woken, []
@@ -551,21 +553,26 @@ class PostgresStore:
         for instance_id in [i for i, t in self._touched.items() if t < stale]:
             del self._touched[instance_id]  # bounded: only recent instances are kept
 
-        async def read(conn: Conn) -> list[ActivityWork]:
+        async def read(conn: Conn) -> list[tuple[ActivityWork, bool]]:
             cur = await self.db.execute(
                 conn,
-                "SELECT id, instance_id, execution_id, task_id, name, input, dequeue_count"
+                "SELECT id, instance_id, execution_id, task_id, name, input, dequeue_count,"
+                " claimed_by IS NOT NULL AND claimed_by <> %(me)s"
                 f" FROM activities WHERE NOT (id = ANY(%(handed)s)) AND {CLAIMABLE}"
                 " ORDER BY id LIMIT 1000",
                 {"handed": sorted(self._handed), "me": self.owner},
             )
-            return [ActivityWork(*r) for r in await cur.fetchall()]
+            return [(ActivityWork(*r[:7]), bool(r[7])) for r in await cur.fetchall()]
 
         # A work item committed a moment ago may not be in ``_handed`` yet (its commit's
         # caller resumes after the COMMIT): only one that two sweeps in a row found
-        # unhanded was left behind.
-        unhanded = [w for w in await self.db.read(read) if w.work_id not in self._handed]
-        works = [w for w in unhanded if w.work_id in self._unhanded]
+        # unhanded was left behind - unless a host that is gone claimed it, which no
+        # commit of this process is about to hand over.
+        rows = [
+            (w, orphan) for w, orphan in await self.db.read(read) if w.work_id not in self._handed
+        ]
+        unhanded = [w for w, _ in rows]
+        works = [w for w, orphan in rows if orphan or w.work_id in self._unhanded]
         self._unhanded = {w.work_id for w in unhanded} - {w.work_id for w in works}
         self._handed.update(w.work_id for w in works)
         return found, works
