@@ -13,12 +13,12 @@ is any host's: the committing host's claim (``claimed_by``) holds while its hear
 does; a claim of a host that is gone is taken over with ``FOR UPDATE SKIP LOCKED``.
 
 ``poll`` wakes at once on a NOTIFY from another writer (``listen``), and sweeps the hub
-every ``SWEEP_SECONDS`` for work nobody was told about: instances of owned partitions with
+every ``SWEEP_SECONDS`` (within a second of taking a partition) for work nobody was told about: instances of owned partitions with
 visible messages that this process has not touched for ``STALE_SECONDS`` (a dispatch lost
 with a commit that reported a failure but applied; all of them once a partition was
 taken) and activity work items nobody live claims that it never handed to its engine,
 found so by two sweeps in a row (a commit's caller hears of its work items a moment after
-the COMMIT made them visible).
+the COMMIT made them visible) or claimed by a host that is gone (taken at once).
 """
 
 from __future__ import annotations
