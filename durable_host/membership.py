@@ -23,7 +23,8 @@ at its next rounds.
 
 Versions side by side (``ownership.handovers``): before planning, a round hands over the
 partitions where this host left instances of another version untouched (``parked``) and
-a live host of that version could run them: the partition's blob is marked with the
+a live host of that version could run them (one a round, or all its surplus over its fair
+share at once): the partition's blob is marked with the
 version and released, and a host that runs that version takes it at its next round (and
 keeps it for ``dwell`` seconds at least, whatever its share).
 
@@ -42,7 +43,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from durable_host.ownership import Member, Silence, handovers, plan
+from durable_host.ownership import Member, Silence, handovers, plan, shares
 
 log = logging.getLogger("durable_host.membership")
 
@@ -180,7 +181,15 @@ class Membership:
         others = [m for m in members if not m.draining and m.id != self.me.id]
         if self.parked is not None and not self.draining:
             parked = self.parked()
-            moves = handovers(parked, members, self.me.id, backend.held_for(), self.dwell)
+            # One a round, or all of this host's surplus over its fair share at once: a host
+            # that was handed every partition while the other version idled gives those
+            # back in one round when that version's work comes, not one every round.
+            live = [m.id for m in members if not m.draining]
+            share = shares(backend.units, live, holdings).get(self.me.id, 0)
+            limit = max(1, len(backend.held()) - share)
+            moves = handovers(
+                parked, members, self.me.id, backend.held_for(), self.dwell, limit=limit
+            )
             for unit, version in moves.items():
                 await backend.hand_over(unit, version)
                 holdings[unit], wanted[unit] = None, version

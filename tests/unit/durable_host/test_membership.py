@@ -202,3 +202,29 @@ def test_no_handover_when_no_live_host_runs_the_version() -> None:
         await v2.leave()
 
     asyncio.run(body())
+
+
+def test_a_host_above_its_share_hands_its_whole_surplus_over_in_one_round() -> None:
+    """v2 idled and handed v1 every partition; now v2 instances wait in all four: v1 gives
+    back the two above its share at once (not one a round), and keeps its own share."""
+
+    async def body() -> None:
+        hub = Hub()
+        parked: dict[int, list[str]] = {}
+        v1 = Membership(
+            FakeBackend(hub, "v1"), Member("v1", "1.0", extra=STRICT), 60, parked=lambda: parked
+        )
+        v2 = Membership(FakeBackend(hub, "v2"), Member("v2", "2.0", extra=STRICT), 60)
+        await v1.join()
+        await v2.join()
+        assert v1.backend.held() == {0, 1, 2, 3} and v2.backend.held() == set()
+        parked.update({unit: ["2.0"] for unit in range(4)})
+        v1.backend.clock[0] = 1000.0  # every partition held past the dwell
+        await v1.round()
+        assert v1.backend.held() == {2, 3} and hub.wanted == {0: "2.0", 1: "2.0"}
+        await v2.round()
+        assert v2.backend.held() == {0, 1}
+        await v1.leave()
+        await v2.leave()
+
+    asyncio.run(body())
