@@ -288,6 +288,10 @@ def test_activity_work_is_anyones_unless_a_live_host_claims_it(azurite_connectio
             assert await b.mark_activity_dequeued(found.work_id) == 1
             assert await a.mark_activity_dequeued(work.work_id) == 0  # b runs it now
             assert await b.complete_activity(work.work_id, instance, {"kind": "event"}, "t")
+            # The owner hears of a result another host wrote at its next poll, not after
+            # ``STALE_SECONDS`` (b rewrote the partition's live hint around its write).
+            ready, _ = await a.poll()
+            assert instance in ready
             assert [m["kind"] for _, m in await a.fetch_messages(instance, "t")] == ["event"]
         finally:
             await b.close()

@@ -118,11 +118,16 @@ class WorkItems:
             _, row = await self._rows.inbox_row(partition, message)
             row["N"] = uuid.uuid4().hex
             faults.hit("store.before_commit")
-            done = await self._tables.retry(
-                "complete an activity",
-                functools.partial(self._complete_once, partition, work_id, row),
-                write=True,
-            )
+            # The result is new work for the instance's owner. Another host's owner knows the
+            # partition's live hint (it wrote it with the work item) and would survey it only
+            # after ``STALE_SECONDS``: a host that does not own it writes the hint around its
+            # write (``adding``), and the new ETag makes the owner's next poll look.
+            async with self._commits.index.adding([partition]):
+                done = await self._tables.retry(
+                    "complete an activity",
+                    functools.partial(self._complete_once, partition, work_id, row),
+                    write=True,
+                )
             if done is not None:
                 # Handed until the completion is settled: a completion that failed is retried
                 # by the run that holds it, and ``poll`` must not start a second run meanwhile.
