@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from durable_host.orchestration import Episode
 from durable_host.store.base import UnitLostError
 from durable_host.store.postgres import PostgresStore, from_spec
 from tests.harness import APPS, HostProcess, wait_for
 from tests.store.test_azure_fencing import assert_no_fork, start_slow
+from tests.store.test_azure_partitions import first_episode
 
 START = {"kind": "start", "event": {"EventType": 0, "Name": "o"}}
 LEASE = 5  # the shortest the setting allows: takeovers within a test's patience
@@ -31,6 +31,21 @@ LEASE = 5  # the shortest the setting allows: takeovers within a test's patience
 def store_for(url: str, hub: str, **kw: Any) -> PostgresStore:
     env = {"DURABLE_HOST_LEASE_SECONDS": str(LEASE)}
     return PostgresStore(from_spec(f"postgres:{url}", hub, env=env), **kw)
+
+
+async def insert_activity(store: PostgresStore) -> int:
+    """A work item of instance ``i`` nobody claims yet, as a commit writes one."""
+    conn = await store.db.connect()
+    try:
+        cur = await conn.execute(
+            "INSERT INTO activities (instance_id, execution_id, task_id, name, input)"
+            " VALUES ('i', 'e', 0, 'act', NULL) RETURNING id"
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return int(row[0])
+    finally:
+        await conn.close()
 
 
 def test_three_stores_spread_the_partitions_and_a_clean_leave_hands_them_over(
@@ -79,15 +94,7 @@ def test_an_activity_claimed_by_a_live_host_is_not_claimed_again(postgres_url: s
         await a.open()
         await b.open()
         try:
-            conn = await a.db.connect()
-            cur = await conn.execute(
-                "INSERT INTO activities (instance_id, execution_id, task_id, name, input)"
-                " VALUES ('i', 'e', 0, 'act', NULL) RETURNING id"
-            )
-            row = await cur.fetchone()
-            assert row is not None
-            work_id = int(row[0])
-            await conn.close()
+            work_id = await insert_activity(a)
             assert await a.mark_activity_dequeued(work_id) == 1
             assert await b.mark_activity_dequeued(work_id) == 0  # a is live: it runs there
             assert [w.work_id for w in await b.pending_activities()] == []
@@ -119,15 +126,8 @@ def test_a_silent_host_is_evicted_before_its_lease_lapses_and_fenced(
         try:
             await a.send("i", START, "t")
             messages = await a.fetch_messages("i", "t")
-            conn = await a.db.connect()
-            cur = await conn.execute(
-                "INSERT INTO activities (instance_id, execution_id, task_id, name, input)"
-                " VALUES ('i', 'e', 0, 'act', NULL) RETURNING id"
-            )
-            row = await cur.fetchone()
-            assert row is not None
-            await conn.close()
-            assert await a.mark_activity_dequeued(int(row[0])) == 1
+            work_id = await insert_activity(a)
+            assert await a.mark_activity_dequeued(work_id) == 1
             assert a.membership is not None
             for task in (a.membership._task, a.membership._beats):
                 assert task is not None
@@ -138,15 +138,8 @@ def test_a_silent_host_is_evicted_before_its_lease_lapses_and_fenced(
                 await asyncio.sleep(0.1)
             assert b.partitions.held() == {0}, "b never evicted the silent host"
             assert "partition 0 evicted from" in caplog.text
-            assert await b.mark_activity_dequeued(int(row[0])) == 2  # a's claim lapsed: run 2
-            late = Episode(
-                consumed=[i for i, _ in messages],
-                events=[{"EventType": 0}],
-                replace_history=True,
-                execution_id="e1",
-                status="Running",
-                name="o",
-            )
+            assert await b.mark_activity_dequeued(work_id) == 2  # a's claim lapsed: run 2
+            late = first_episode(messages, [{"EventType": 0}])
             with pytest.raises(UnitLostError):
                 await a.commit_episode("i", late, "t")
             assert await b.get_history("i") == []  # nothing of a's landed

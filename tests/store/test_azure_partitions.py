@@ -47,6 +47,19 @@ def an_instance_in(unit: int, count: int = 4) -> str:
     return next(f"i{n}" for n in range(10_000) if partition_of(f"i{n}", count) == unit)
 
 
+def first_episode(messages: list[Any], events: list[dict[str, Any]], **more: Any) -> Episode:
+    """The first episode of an orchestration ``o``, consuming ``messages``."""
+    return Episode(
+        consumed=[i for i, _ in messages],
+        events=events,
+        replace_history=True,
+        execution_id="e1",
+        status="Running",
+        name="o",
+        **more,
+    )
+
+
 def test_two_then_three_hosts_balance_to_a_fair_share(azurite_connection) -> None:
     async def body() -> None:
         a, b, c = stores(azurite_connection, "P" + uuid.uuid4().hex[:12], 3)
@@ -149,14 +162,7 @@ def test_a_host_past_its_lease_is_fenced_and_nothing_it_writes_lands(azurite_con
                 await asyncio.sleep(1.0)
             assert 1 in held(b), "b never took the lapsed partition"
             assert b.partitions.epochs()[1] == first_epoch + 1
-            episode = Episode(
-                consumed=[i for i, _ in messages],
-                events=[{"EventType": 0}],
-                replace_history=True,
-                execution_id="e1",
-                status="Running",
-                name="o",
-            )
+            episode = first_episode(messages, [{"EventType": 0}])
             with pytest.raises(UnitLostError):
                 await a.commit_episode(instance, episode, "t")
             assert 1 not in held(a)
@@ -202,23 +208,9 @@ def test_a_silent_host_is_evicted_before_its_lease_lapses_and_is_fenced(
             assert 1 in held(a)  # a still believes it holds the partition
             again = await b.fetch_messages(instance, "t")
             assert [m for _, m in again] == [m for _, m in messages]
-            episode = Episode(
-                consumed=[i for i, _ in again],
-                events=[{"EventType": 0}],
-                replace_history=True,
-                execution_id="e1",
-                status="Running",
-                name="o",
-            )
+            episode = first_episode(again, [{"EventType": 0}])
             await b.commit_episode(instance, episode, "t")
-            late = Episode(
-                consumed=[i for i, _ in messages],
-                events=[{"EventType": 0}, {"EventType": 12}],
-                replace_history=True,
-                execution_id="e1",
-                status="Running",
-                name="o",
-            )
+            late = first_episode(messages, [{"EventType": 0}, {"EventType": 12}])
             with pytest.raises(StoreError):  # the head's ETag changed under it: 409
                 await a.commit_episode(instance, late, "t")
             assert await b.get_history(instance) == [{"EventType": 0}]  # nothing of a's
@@ -271,14 +263,8 @@ def test_activity_work_is_anyones_unless_a_live_host_claims_it(azurite_connectio
                 "name": "act",
                 "input_json": None,
             }
-            episode = Episode(
-                consumed=[i for i, _ in messages],
-                events=[{"EventType": 0}],
-                replace_history=True,
-                execution_id="e1",
-                status="Running",
-                name="o",
-                outbox=[Outgoing("activity", instance, activity)],
+            episode = first_episode(
+                messages, [{"EventType": 0}], outbox=[Outgoing("activity", instance, activity)]
             )
             [work] = await a.commit_episode(instance, episode, "t")
             assert await b.pending_activities() == []  # a runs it (a live claimer)
