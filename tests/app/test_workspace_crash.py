@@ -59,8 +59,9 @@ def test_a_kill_during_run_python_leaves_the_committed_snapshot_plus_what_the_re
         "open('base.txt', 'w').write('half')\n"
         "open('out.txt', 'w').write('partial')\n"
         "if first:\n"
-        f"    open({str(marker)!r}, 'w').write('x')\n"
+        # The marker last: once the test sees it, everything before it is on disk.
         "    open('junk.txt', 'w').write('left by the killed run')\n"
+        f"    open({str(marker)!r}, 'w').write('x')\n"
         "    time.sleep(120)\n"
         "open('base.txt', 'w').write('changed')\n"
         "open('out.txt', 'w').write('complete')\n"
