@@ -32,7 +32,13 @@ from kernel.errors import ConflictError, KernelError, NotFoundError
 bp = df.Blueprint()
 LEVEL = func.AuthLevel.FUNCTION  # as every sessions route (docs/security.md)
 log = logging.getLogger("agent.loops")
-LIVE = (OrchestrationRuntimeStatus.Pending, OrchestrationRuntimeStatus.Running)
+# A loop continues as new at every occurrence: between two generations its status reads
+# ContinuedAsNew for a moment, and it is as live then as before and after.
+LIVE = (
+    OrchestrationRuntimeStatus.Pending,
+    OrchestrationRuntimeStatus.Running,
+    OrchestrationRuntimeStatus.ContinuedAsNew,
+)
 
 
 def _view(session_id: str, status: Any) -> dict[str, Any]:
