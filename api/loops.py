@@ -32,13 +32,7 @@ from kernel.errors import ConflictError, KernelError, NotFoundError
 bp = df.Blueprint()
 LEVEL = func.AuthLevel.FUNCTION  # as every sessions route (docs/security.md)
 log = logging.getLogger("agent.loops")
-# A loop continues as new at every occurrence: between two generations its status reads
-# ContinuedAsNew for a moment, and it is as live then as before and after.
-LIVE = (
-    OrchestrationRuntimeStatus.Pending,
-    OrchestrationRuntimeStatus.Running,
-    OrchestrationRuntimeStatus.ContinuedAsNew,
-)
+LIVE = (OrchestrationRuntimeStatus.Pending, OrchestrationRuntimeStatus.Running)
 
 
 def _view(session_id: str, status: Any) -> dict[str, Any]:
