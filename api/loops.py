@@ -13,6 +13,7 @@ does not run, when the app starts and daily. It never deletes or replaces a runn
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -52,7 +53,13 @@ def _view(session_id: str, status: Any) -> dict[str, Any]:
 
 
 async def _live(client: df.DurableOrchestrationClient, instance_id: str) -> Any:
-    status = await client.get_status(instance_id)
+    # A loop continues as new at every occurrence: read through the moment between two
+    # generations (ContinuedAsNew), so an event raised next reaches the running one.
+    for _ in range(50):
+        status = await client.get_status(instance_id)
+        if status is None or status.runtime_status != OrchestrationRuntimeStatus.ContinuedAsNew:
+            break
+        await asyncio.sleep(0.1)
     if status is None or status.runtime_status not in LIVE:
         return None
     return status
