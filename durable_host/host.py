@@ -23,123 +23,41 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
-import signal
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from durable_host import config as config_mod
-from durable_host import history as h
-from durable_host import loader, membership, startup_report, telemetry, timer_triggers, wake
-from durable_host.client import DurableClient
+from durable_host import server
+from durable_host.core import history as h
 from durable_host.dashboard import Dashboard
-from durable_host.engine import Engine
-from durable_host.http import auth, cors, listener, server
+from durable_host.engine.client import DurableClient
+from durable_host.engine.loops import Engine
+from durable_host.functions import config as config_mod
+from durable_host.functions import loader, startup_report
+from durable_host.http import auth, cors, listener
 from durable_host.http.key_routes import KeyRoutes
+from durable_host.http.keys import KeyConfigError, Keys
 from durable_host.http.limits import Limits
-from durable_host.keys import KeyConfigError, Keys
-from durable_host.store import postgres_store
-from durable_host.store.base import Store, StoreError
-from durable_host.store.sqlite import SqliteStore
+from durable_host.ops import telemetry
+from durable_host.ops.settings import ConfigError
+from durable_host.store.base import StoreError
+from durable_host.store.factory import StoreSpecError, open_store, step_back
+from durable_host.triggers import timer as timer_triggers
+from durable_host.triggers import wake
 
 log = logging.getLogger("durable_host")
 
 
-class StoreSpecError(Exception):
-    pass
-
-
 STARTUP_ERRORS: tuple[type[Exception], ...] = (
     loader.AppLoadError,
-    config_mod.ConfigError,
+    ConfigError,
     StoreError,
     StoreSpecError,
     KeyConfigError,
     startup_report.SelectionError,
     OSError,
 )
-
-
-def open_store(
-    spec: str | None,
-    cfg: config_mod.HostConfig,
-    on_lost: Callable[[str], None] | None = None,
-    read_only: bool = False,
-) -> Store:
-    """``on_lost(reason)``: the store can no longer be used by this host (it must stop).
-    ``read_only``: for tools beside a running host (no lock or lease; secrets only)."""
-    lost = on_lost or _step_back
-    if spec is None or spec == "sqlite":
-        path = cfg.app_dir / ".durable" / f"{cfg.hub_name}.db"
-        return SqliteStore(path, read_only, on_lost=lost)
-    if spec.startswith("sqlite:"):
-        return SqliteStore(Path(spec.removeprefix("sqlite:")), read_only, on_lost=lost)
-    if spec == "azure":
-        return _azure_store(cfg, lost, read_only)
-    if spec == "postgres" or spec.startswith("postgres:"):
-        try:
-            return postgres_store(
-                spec,
-                cfg.hub_name,
-                lost,
-                read_only,
-                partition_count=cfg.partition_count,
-                version=cfg.default_version or "",
-            )
-        except ValueError as exc:  # the setting is missing or malformed (never quoted whole)
-            raise StoreSpecError(str(exc)) from None
-    raise StoreSpecError(
-        f"unknown store {spec!r}: use sqlite, sqlite:PATH, azure, postgres or postgres:URL"
-    )
-
-
-def _azure_store(
-    cfg: config_mod.HostConfig, on_lost: Callable[[str], None], read_only: bool = False
-) -> Store:
-    """Azure Storage from ``AzureWebJobsStorage`` (as Functions reads it); the hub name from
-    host.json unless ``DURABLE_HOST_HUB`` overrides it (tests use one hub per test)."""
-    from durable_host.store.azure import AzureStore  # the SQLite store needs no Azure SDK
-    from functions_connections import ConnectionSettingError, read_connection
-
-    try:
-        setting = read_connection("AzureWebJobsStorage", os.environ)
-    except ConnectionSettingError as exc:
-        raise StoreSpecError(
-            f"--store azure needs the AzureWebJobsStorage setting (in the environment or"
-            f" local.settings.json): {exc}"
-        ) from exc
-    connection = setting.connection_string or setting
-    hub = os.environ.get("DURABLE_HOST_HUB") or cfg.hub_name
-    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]{2,49}", hub):
-        raise StoreSpecError(
-            f"hub name {hub!r} must be 3-50 letters or digits, starting with a letter"
-        )
-    try:
-        lease = membership.seconds_setting(os.environ, membership.LEASE_SETTING, 15, 15, 60)
-        silence = membership.silence_setting(os.environ, lease)
-    except ValueError as exc:
-        raise StoreSpecError(str(exc)) from None
-    return AzureStore(
-        connection,
-        hub,
-        azurite_location=cfg.app_dir / ".durable" / "azurite",
-        on_lost=on_lost,
-        read_only=read_only,
-        partition_count=cfg.partition_count,
-        version=cfg.default_version or "",
-        policy=cfg.versioning,
-        lease_seconds=int(lease),
-        silence_seconds=silence,
-    )
-
-
-def _step_back(reason: str) -> None:
-    """A host that lost the task hub stops (SIGTERM runs the normal graceful shutdown)."""
-    log.critical("durable host: %s; stopping this host", reason)
-    os.kill(os.getpid(), signal.SIGTERM)
 
 
 @dataclass
@@ -166,7 +84,7 @@ class Host:
             self.fatal = reason
             self._running = False
             if self._started:  # before that, the error reaches ``start``'s caller itself
-                _step_back(reason)
+                step_back(reason)
 
     async def start(self) -> None:
         self.app_dir = Path(self.app_dir).resolve()
@@ -179,7 +97,7 @@ class Host:
                 self.public_url or os.environ.get("DURABLE_HOST_PUBLIC_URL")
             )
         except ValueError as exc:
-            raise config_mod.ConfigError(str(exc)) from exc
+            raise ConfigError(str(exc)) from exc
         auth_on, auth_reason = auth.decide(self.auth, self.host)
         limits = Limits.from_env()
         index = startup_report.select(loader.load_app(self.app_dir), self.functions)

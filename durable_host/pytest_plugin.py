@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from durable_host.records import TERMINAL
+from durable_host.core.records import TERMINAL
 from durable_host.testing import WEBHOOK, HostProcess, Response, wait_for
 
 __all__ = ["DurableHost"]
@@ -212,6 +212,7 @@ def durable_host_factory(tmp_path: Path) -> Iterator[Factory]:
             app,
             spec,
             env=dict(env or {}),
+            log_path=tmp_path / f"durable-host-{len(hosts)}.log",  # every log in the test's own
             cwd=app,
             args=list(args),
             python=str(python) if python else None,

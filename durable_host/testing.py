@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from durable_host.records import TERMINAL
+from durable_host.core.records import TERMINAL
 
 # The directory that holds the ``durable_host`` package: the child process imports it from here.
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -59,6 +58,14 @@ class HostProcess:
         if self.store == "azure":
             self.env.setdefault("DURABLE_HOST_HUB", "T" + uuid.uuid4().hex[:16])
 
+    def default_log_path(self) -> Path:
+        """Beside a SQLite store's file; else in the app's ``.durable/logs`` folder, with the
+        host's other local state (its Azurite too): never the system temp folder."""
+        if self.store.startswith("sqlite:"):
+            return Path(self.store.removeprefix("sqlite:") + ".log")
+        hub = self.env.get("DURABLE_HOST_HUB", "hub")
+        return self.app_dir / ".durable" / "logs" / f"durable-host-{hub}.log"
+
     def start(self, faults: str | None = None, timeout: float = 30.0) -> HostProcess:
         env = {**os.environ, **self.env, "PYTHONPATH": str(PACKAGE_ROOT)}
         if self.python and PACKAGE_ROOT.name in ("site-packages", "dist-packages"):
@@ -68,14 +75,8 @@ class HostProcess:
         env.pop("DURABLE_HOST_FAULTS", None)
         if faults:
             env["DURABLE_HOST_FAULTS"] = faults
-        if self.log_path is not None:
-            pass  # chosen by the test
-        elif self.store.startswith("sqlite:"):
-            self.log_path = Path(self.store.removeprefix("sqlite:") + ".log")
-        else:
-            self.log_path = (
-                Path(tempfile.gettempdir()) / f"durable-host-{self.env['DURABLE_HOST_HUB']}.log"
-            )
+        self.log_path = self.log_path or self.default_log_path()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         stderr = open(self.log_path, "a") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self.process = subprocess.Popen(
             [

@@ -1,5 +1,8 @@
 """The dashboard: a page for any app at ``/admin/dashboard``, served by the host itself.
 
+May import every layer up to ``triggers`` (it lists the timer triggers); must never import
+``transfer`` or the composition (``host``, ``server``, ``cli``).
+
 Plain HTML, CSS and JavaScript from ``static/`` (package data: no build step, nothing from
 a CDN). It sits under ``/admin``, so ``http.auth.Gate`` already asks for the master key when
 auth is on; a browser passes it once as ``?code=`` and the page keeps it in
@@ -32,10 +35,11 @@ from typing import Any
 
 from aiohttp import web
 
-from durable_host import history, timer_triggers, wire
-from durable_host.client import ClientError, DurableClient, status_payload
+from durable_host.core import history, wire
+from durable_host.core.records import InstanceRecord, Query, RuntimeStatus
 from durable_host.dashboard import listing
-from durable_host.records import InstanceRecord, Query, RuntimeStatus
+from durable_host.engine.client import ClientError, DurableClient, status_payload
+from durable_host.triggers import timer as timer_triggers
 
 BASE = "/admin/dashboard"
 PAGE_SIZE = 25

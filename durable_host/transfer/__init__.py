@@ -6,4 +6,7 @@
   store-neutral records that travel (``InstanceDump``, ``ActivityDump``, ``NamedText``);
 * ``sqlite``, ``azure``, ``postgres`` - that protocol on each store (one store, one module);
 * ``commands`` - the two commands: quiet hub, verification before any write, summaries.
+
+May import ``core``, ``ops``, ``cluster``, ``functions`` and ``store``; must never import the
+engine, HTTP, the triggers, the dashboard or the composition (``host``, ``server``, ``cli``).
 """

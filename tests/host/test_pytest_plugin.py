@@ -7,8 +7,10 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+from durable_host.testing import HostProcess
 from tests.harness import ROOT
 
 
@@ -60,3 +62,26 @@ def test_the_fixture_handle_drives_the_basic_app(durable_host_factory) -> None:
         "Hello Seattle!",
         "Hello London!",
     ]
+
+
+def test_the_fixture_keeps_every_log_in_the_test_own_folder(
+    durable_host_factory, tmp_path: Path
+) -> None:
+    host = durable_host_factory(ROOT / "tests" / "apps" / "basic")
+
+    assert host.log_path is not None and host.log_path.parent == tmp_path
+    deadline = time.monotonic() + 20
+    while "durable host serving" not in host.log_path.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "durable host serving" in host.log_path.read_text()
+
+
+def test_a_host_without_a_sqlite_file_logs_beside_its_app_not_in_the_system_temp(
+    tmp_path: Path,
+) -> None:
+    process = HostProcess(tmp_path / "app", "azure")
+
+    path = process.default_log_path()
+
+    assert path.parent == tmp_path / "app" / ".durable" / "logs"
+    assert process.env["DURABLE_HOST_HUB"] in path.name

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from durable_host.records import EntityCommit
+from durable_host.core.records import EntityCommit
 from durable_host.store.base import StoreError, UnitLostError
 from durable_host.store.postgres import PostgresStore, from_spec
 from durable_host.store.postgres.partitions import PartitionCountError
@@ -34,17 +34,21 @@ def test_settings_come_from_the_spec_or_the_setting_and_name_no_password() -> No
     ("spec", "env", "message"),
     [
         ("postgres", {}, "needs the DURABLE_HOST_POSTGRES setting"),
-        ("postgres:host=h", {"DURABLE_HOST_POSTGRES_POOL": "0"}, "between 1 and 200"),
-        ("postgres:host=h", {"DURABLE_HOST_POSTGRES_POOL": "many"}, "must be an integer"),
+        ("postgres:host=h", {"DURABLE_HOST_POSTGRES_POOL": "0"}, "from 1 to 200"),
+        (
+            "postgres:host=h",
+            {"DURABLE_HOST_POSTGRES_POOL": "many"},
+            "POOL='many' is not a whole number",
+        ),
         (
             "postgres:host=h",
             {"DURABLE_HOST_POSTGRES_STATEMENT_TIMEOUT_MS": "-1"},
-            "STATEMENT_TIMEOUT_MS must be between 0 and 3600000",
+            "STATEMENT_TIMEOUT_MS='-1' is not a whole number from 0 to 3600000",
         ),
         (
             "postgres:host=h",
             {"DURABLE_HOST_POSTGRES_STATEMENT_TIMEOUT_MS": "1e3"},
-            "STATEMENT_TIMEOUT_MS must be an integer",
+            "STATEMENT_TIMEOUT_MS='1e3' is not a whole number",
         ),
         (
             "postgres:host=h",

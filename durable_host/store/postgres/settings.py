@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 from psycopg import conninfo as pg_conninfo
 
-from durable_host.membership import silence_setting
+from durable_host.cluster.membership import silence_setting
+from durable_host.ops import settings
 
 SETTING = "DURABLE_HOST_POSTGRES"
 SCHEMA_PREFIX = "dh_"  # a hub's tables live in the schema dh_<hub, lower case>
@@ -87,7 +88,7 @@ def from_spec(spec: str, hub: str, env: dict[str, str] | None = None) -> Postgre
         raise PostgresSettingsError(
             f"hub name {hub!r} must be 3-50 letters or digits, starting with a letter"
         )
-    lease = _int(env, "DURABLE_HOST_LEASE_SECONDS", 15, 5, 60)
+    lease = _setting(env, "DURABLE_HOST_LEASE_SECONDS", 15, 5, 60)
     try:
         silence = silence_setting(env, lease)
     except ValueError as exc:
@@ -95,27 +96,18 @@ def from_spec(spec: str, hub: str, env: dict[str, str] | None = None) -> Postgre
     return PostgresSettings(
         conninfo=conninfo,
         hub=hub,
-        pool_size=_int(env, "DURABLE_HOST_POSTGRES_POOL", 10, 1, 200),
-        statement_timeout_ms=_int(
+        pool_size=_setting(env, "DURABLE_HOST_POSTGRES_POOL", 10, 1, 200),
+        statement_timeout_ms=_setting(
             env, "DURABLE_HOST_POSTGRES_STATEMENT_TIMEOUT_MS", 30_000, 0, 3_600_000
         ),
         lease_seconds=lease,
-        retry_seconds=float(_int(env, "DURABLE_HOST_POSTGRES_RETRY_SECONDS", 10, 0, 3600)),
+        retry_seconds=float(_setting(env, "DURABLE_HOST_POSTGRES_RETRY_SECONDS", 10, 0, 3600)),
         silence_seconds=silence,
     )
 
 
-def _int(env: dict[str, str], name: str, default: int, low: int, high: int) -> int:
-    text = env.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise PostgresSettingsError(f"{name} must be an integer, not {text!r}") from None
-    if not low <= value <= high:
-        raise PostgresSettingsError(f"{name} must be between {low} and {high}, not {value}")
-    return value
+def _setting(env: dict[str, str], name: str, default: int, low: int, high: int) -> int:
+    return settings.whole_number(env, name, default, low, high, error=PostgresSettingsError)
 
 
 def describe(conninfo: str) -> str:

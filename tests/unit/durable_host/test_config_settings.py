@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from durable_host import config
+from durable_host.functions import config
+from durable_host.ops.settings import ConfigError
 
 
 def test_a_hub_name_reference_is_resolved_from_the_app_settings(tmp_path: Path) -> None:
@@ -23,7 +24,7 @@ def test_a_hub_name_reference_is_resolved_from_the_app_settings(tmp_path: Path) 
 def test_a_reference_to_a_missing_setting_is_a_startup_error_naming_it(tmp_path: Path) -> None:
     data = {"extensions": {"durableTask": {"hubName": "%TASKHUB_NAME%"}}}
 
-    with pytest.raises(config.ConfigError, match="%TASKHUB_NAME%.*not set"):
+    with pytest.raises(ConfigError, match="%TASKHUB_NAME%.*not set"):
         config.parse_host_json(tmp_path, data, {})
 
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from durable_host.client import ClientError
-from durable_host.config import ConfigError
+from durable_host.engine.client import ClientError
 from durable_host.http.limits import Limits, check_json, json_depth
+from durable_host.ops.settings import ConfigError
 
 
 @pytest.mark.parametrize(

@@ -1,14 +1,18 @@
 """The import rules of the repository, checked on the source with ``ast``.
 
+* The host's packages are layers (``HOST_LAYERS``, listed in ``durable_host/__init__.py``):
+  a module imports at run time only modules of its own package or of a lower layer, never a
+  higher one, a sibling of the same rank, or the top-level composition (``host``, ``server``,
+  ``cli``, ``testing``, ``pytest_plugin``). The kernel's packages likewise (``KERNEL_LAYERS``).
 * The host never imports the app, and the app never imports the host; both may import the
   ``SHARED`` packages, which import neither.
-* The host's pure cores do no IO and know nothing of the shell: neither they nor anything
-  they import at run time reaches ``durable_host.store``, ``durable_host.http``, asyncio,
-  sqlite3, aiohttp or the Azure SDKs.
-* The stores (``durable_host/store/**``) import no core: of the host only the neutral
-  ``records``, ``faults``, ``history`` (timestamps), ``azurite``, ``logs``, the ownership
-  core and its shell (``ownership``, ``membership``), the pure ``versioning`` rules and each
-  other.
+* The pure core (``durable_host/core``) does no IO and knows nothing of the shell: no module
+  of it imports at run time a module outside it, asyncio, sqlite3, aiohttp, OpenTelemetry or
+  the Azure storage and identity SDKs (the Functions SDKs it drives are allowed).
+* The stores (``durable_host/store/**``) import no replay core: of the host only the neutral
+  ``records``, ``history`` (timestamps) and ``versioning`` rules of the core, ``ops``, the
+  cluster (``ownership``, ``membership``), the host's settings (``functions.config``, for the
+  factory) and each other.
 * ``records`` imports nothing of the host.
 * ``keys`` (the host's keys) reaches neither HTTP nor a store implementation: it sees the
   store only as the two secret methods of the port, so HTTP and the CLI share it.
@@ -37,26 +41,40 @@ HOST = "durable_host"
 APP_PACKAGES = ("kernel", "orchestrators", "activities", "entities", "api", "adapters")
 APP = (*APP_PACKAGES, "function_app")
 SHARED = ("functions_connections", "functions_schedules")  # imported by the host and the app alike
-CORES = ("orchestration", "entity", "history", "shim", "replay", "wire", "rewind", "records")
+CORE = f"{HOST}.core"
+HOST_LAYERS = {  # package -> rank: a module may import its own package and lower ranks only
+    "core": 0,
+    "ops": 1,
+    "cluster": 2,
+    "functions": 3,
+    "store": 4,
+    "engine": 5,
+    "http": 6,
+    "triggers": 7,
+    "dashboard": 8,
+    "transfer": 8,
+}
+KERNEL_LAYERS = {"common": 0, "workspace": 1, "session": 2, "turn": 3, "skills": 4, "loops": 4}
 CORE_FORBIDDEN = (
     "durable_host.store",
     "durable_host.http",
     "asyncio",
     "sqlite3",
     "aiohttp",
-    "azure",
+    "azure.core",
+    "azure.data",
+    "azure.identity",
+    "azure.storage",
     "opentelemetry",
 )
 REPLAYED = ("orchestrators", "entities", "kernel")  # code that must never emit a span
 STORE_MAY_IMPORT = (
-    "durable_host.records",
-    "durable_host.faults",
-    "durable_host.history",
-    "durable_host.azurite",
-    "durable_host.logs",
-    "durable_host.ownership",
-    "durable_host.membership",
-    "durable_host.versioning",  # pure: which version may run an instance (partition handover)
+    "durable_host.core.records",
+    "durable_host.core.history",
+    "durable_host.core.versioning",  # pure: which version may run an instance (partition handover)
+    "durable_host.ops",
+    "durable_host.cluster",
+    "durable_host.functions.config",  # the factory builds a store from the host's settings
     "durable_host.store",
 )
 KERNEL_FORBIDDEN = (
@@ -157,14 +175,18 @@ def _closure(name: str, modules: dict[str, Path]) -> set[str]:
 def test_the_import_scan_sees_absolute_relative_and_conditional_imports() -> None:
     modules = _host_modules()
 
-    engine = _imports(modules["durable_host.engine"])
-    closure = _closure("durable_host.orchestration", modules)
-    runtime = _imports(modules["durable_host.orchestration"], runtime_only=True)
+    engine = _imports(modules["durable_host.engine.loops"])
+    closure = _closure("durable_host.core.orchestration", modules)
+    runtime = _imports(modules["durable_host.core.orchestration"], runtime_only=True)
 
     assert "durable_host.store.base" in engine and "asyncio" in engine
-    assert {"durable_host.shim", "durable_host.records", "durable_host.wire"} <= closure
-    assert "durable_host.sessions" in _imports(modules["durable_host.orchestration"])
-    assert "durable_host.sessions" not in runtime
+    assert {
+        "durable_host.core.shim",
+        "durable_host.core.records",
+        "durable_host.core.wire",
+    } <= closure
+    assert "durable_host.core.sessions" in _imports(modules["durable_host.core.orchestration"])
+    assert "durable_host.core.sessions" not in runtime
 
 
 def test_the_host_never_imports_the_app() -> None:
@@ -203,14 +225,18 @@ def test_a_shared_package_imports_neither_the_host_nor_the_app(shared: str) -> N
     assert violations == []
 
 
-@pytest.mark.parametrize("core", CORES)
-def test_a_core_reaches_no_io_and_no_shell(core: str) -> None:
+def _core_modules() -> list[str]:
+    return sorted(n for n in _host_modules() if _reaches(n, (CORE,)))
+
+
+@pytest.mark.parametrize("core", _core_modules())
+def test_the_core_reaches_no_io_and_no_shell(core: str) -> None:
     modules = _host_modules()
 
-    closure = _closure(f"{HOST}.{core}", modules)
-    direct = _imports(modules[f"{HOST}.{core}"])
+    closure = _closure(core, modules)
+    direct = _imports(modules[core])
 
-    outside = sorted(m for m in closure if m.removeprefix(HOST + ".") not in CORES)
+    outside = sorted(m for m in closure if not _reaches(m, (CORE,)))
     io = sorted(
         f"{m} imports {i}"
         for m in closure
@@ -222,24 +248,104 @@ def test_a_core_reaches_no_io_and_no_shell(core: str) -> None:
     assert [i for i in direct if _reaches(i, CORE_FORBIDDEN)] == []
 
 
+def _layer_violations(root: Path, top: str, layers: dict[str, int]) -> list[str]:
+    """Each run-time import of a module of ``top/`` that breaks the layers: a module of a
+    package in ``layers`` imports one of a higher rank, of a sibling of its own rank, of a
+    package not in ``layers``, or a top-level module of ``top`` (the composition)."""
+    graph = _import_graph(root)
+
+    def place(name: str) -> str | None:  # the layer package, or None for top-level modules
+        parts = name.split(".")
+        return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in layers) else None
+
+    found = []
+    for name, edges in sorted(graph.items()):
+        if not _reaches(name, (top,)) or name == top or place(name) not in layers:
+            continue
+        own = place(name)
+        for dep in sorted(edges):
+            if not _reaches(dep, (top,)) or dep == top:
+                continue
+            theirs = place(dep)
+            if theirs == own:
+                continue
+            if theirs is None or theirs not in layers:
+                found.append(f"{name} imports {dep}: the composition above every layer")
+            elif layers[theirs] >= layers[own]:  # type: ignore[index]
+                found.append(f"{name} imports {dep}: {theirs} is not below {own}")
+    return found
+
+
+def test_the_host_packages_import_only_lower_layers() -> None:
+    packages = {p.name for p in (ROOT / HOST).iterdir() if (p / "__init__.py").is_file()}
+
+    assert packages == set(HOST_LAYERS)  # a new package takes its place in the layers
+    assert _layer_violations(ROOT, HOST, HOST_LAYERS) == []
+
+
+def test_the_kernel_packages_import_only_lower_layers() -> None:
+    packages = {p.name for p in (ROOT / "kernel").iterdir() if (p / "__init__.py").is_file()}
+    loose = [p.name for p in (ROOT / "kernel").glob("*.py") if p.name != "__init__.py"]
+
+    assert packages == set(KERNEL_LAYERS)
+    assert loose == []  # every kernel module belongs to a layer
+    assert _layer_violations(ROOT, "kernel", KERNEL_LAYERS) == []
+
+
+def test_every_package_states_its_contract() -> None:
+    inits = [*(ROOT / HOST).rglob("__init__.py"), *(ROOT / "kernel").rglob("__init__.py")]
+    silent = [
+        str(p.relative_to(ROOT))
+        for p in inits
+        if "static" not in p.parts and not ast.get_docstring(ast.parse(p.read_text()))
+    ]
+
+    assert len(inits) > 15
+    assert silent == []
+
+
+def test_the_layer_rule_fails_on_a_house_that_breaks_it(tmp_path: Path) -> None:
+    for package in ("low", "mid", "side", "high"):
+        (tmp_path / "pkg" / package).mkdir(parents=True)
+        (tmp_path / "pkg" / package / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "top.py").write_text("import pkg.high.h\n")  # the composition: fine
+    (tmp_path / "pkg" / "low" / "l.py").write_text("def f():\n    from pkg.mid import m\n")
+    (tmp_path / "pkg" / "mid" / "m.py").write_text("from pkg.low import l\nimport pkg.side.s\n")
+    (tmp_path / "pkg" / "side" / "s.py").write_text("from pkg.low.l import f\n")
+    (tmp_path / "pkg" / "high" / "h.py").write_text(
+        "from pkg.mid import m\nfrom pkg import top\nfrom typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    import pkg.high.h\n"
+    )
+    layers = {"low": 0, "mid": 1, "side": 1, "high": 2}
+
+    assert _layer_violations(tmp_path, "pkg", layers) == [
+        "pkg.high.h imports pkg.top: the composition above every layer",
+        "pkg.low.l imports pkg.mid.m: mid is not below low",
+        "pkg.mid.m imports pkg.side.s: side is not below mid",
+    ]
+
+
 def test_the_stores_import_no_core() -> None:
-    store_modules = {n: p for n, p in _host_modules().items() if _reaches(n, (f"{HOST}.store",))}
+    modules = _host_modules()
+    store_modules = {n: p for n, p in modules.items() if _reaches(n, (f"{HOST}.store",))}
+    packages = {n for n, p in modules.items() if p.name == "__init__.py"}  # ``from pkg import``
 
     violations = [
         f"{name} imports {imported}"
         for name, path in store_modules.items()
         for imported in _imports(path)
         if _reaches(imported, (HOST,))
-        and imported != HOST
+        and imported not in packages
         and not _reaches(imported, STORE_MAY_IMPORT)
     ]
 
-    assert "durable_host.store.sqlite" in store_modules
+    assert "durable_host.store.sqlite.store" in store_modules
     assert violations == []
 
 
 def test_records_import_nothing_of_the_host() -> None:
-    path = _host_modules()[f"{HOST}.records"]
+    path = _host_modules()[f"{CORE}.records"]
 
     assert [i for i in _imports(path) if _reaches(i, (HOST,))] == []
 
@@ -258,11 +364,13 @@ def test_the_kernel_does_no_io() -> None:
 def test_the_keys_reach_no_http_and_no_store() -> None:
     modules = _host_modules()
 
-    closure = _closure(f"{HOST}.keys", modules)
+    closure = _closure(f"{HOST}.http.keys", modules)
 
-    assert closure == {f"{HOST}.keys"}
+    assert closure == {f"{HOST}.http.keys"}
     assert [
-        i for i in _imports(modules[f"{HOST}.keys"]) if _reaches(i, ("aiohttp", "azure", "sqlite3"))
+        i
+        for i in _imports(modules[f"{HOST}.http.keys"])
+        if _reaches(i, ("aiohttp", "azure", "sqlite3"))
     ] == []
 
 
@@ -378,7 +486,7 @@ def test_every_room_has_fewer_than_max_lines() -> None:
     files = _python_files(ROOT)
 
     assert len(files) > 100  # the scan sees the repository, not an empty folder
-    assert {"durable_host/engine.py", "tests/unit/durable_host/test_layering.py"} <= {
+    assert {"durable_host/engine/loops.py", "tests/unit/durable_host/test_layering.py"} <= {
         str(p.relative_to(ROOT)) for p in files
     }
     assert _oversized(ROOT) == []
@@ -387,8 +495,10 @@ def test_every_room_has_fewer_than_max_lines() -> None:
 def test_the_house_has_no_import_circles() -> None:
     graph = _import_graph(ROOT)
 
-    assert "durable_host.episodes" in graph["durable_host.engine"]  # the scan sees edges
-    assert "kernel.tools" in graph["kernel.skills"]
+    assert (
+        "durable_host.engine.episodes" in graph["durable_host.engine.loops"]
+    )  # the scan sees edges
+    assert "kernel.turn.tools" in graph["kernel.skills.skill"]
     assert _circles(graph) == []
 
 

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from durable_host import config as config_mod
-from durable_host import loader, sessions
-from durable_host.config import ConfigError
-from durable_host.engine import Engine
-from durable_host.store.sqlite import SqliteStore
+from durable_host.core import sessions
+from durable_host.engine.loops import Engine
+from durable_host.functions import config as config_mod
+from durable_host.functions import loader
+from durable_host.ops.settings import ConfigError
+from durable_host.store.sqlite.store import SqliteStore
 
 APP = Path(__file__).resolve().parents[2] / "apps" / "parity"
 
@@ -80,7 +81,7 @@ def test_a_setting_that_is_not_a_boolean_is_refused_naming_it(
             "AzureFunctionsJobHost__extensions__durableTask__extendedSessionsEnabled": app_setting
         }
     )
-    with pytest.raises(config_mod.ConfigError, match=named):
+    with pytest.raises(ConfigError, match=named):
         config_mod.parse_host_json(tmp_path, {"extensions": {"durableTask": durable}}, settings)
 
 

@@ -1,0 +1,2 @@
+"""Agent loops (``loop``): a prompt submitted to a session on a schedule (``cron``).
+May import every kernel package but ``skills``."""
