@@ -4,8 +4,8 @@ the replay optimisations, measured in one run.
 An in-process engine on a fresh SQLite store runs the parity app's ``long_chain``: N
 activity steps (built with every optimisation on, to save time), then R more steps in each
 mode: ``plain`` (the SDK replays the whole stored history, re-read from the store),
-``fast`` (replay.py: only the events the SDK reads, fast timestamps, the history cache) and
-``session`` (the default configuration: fast + incremental replay, sessions.py: the SDK's
+``fast`` (durable_host/core/replay.py: only the events the SDK reads, fast timestamps, the history cache) and
+``session`` (the default configuration: fast + incremental replay, durable_host/core/sessions.py: the SDK's
 live orchestration and the host's action walk continue from the last step; only the new
 events and actions are handled). A session also replays in full whenever the history has
 doubled since its last full replay; those episodes are rare (about one per doubling) and the

@@ -7,7 +7,7 @@ environment), imports the app once, opens the store (default: SQLite at
 ``STARTUP_ERRORS`` are the failures of ``start`` that mean "this host cannot run as
 configured" (the command line reports them in one line instead of a traceback).
 
-Auth (``http/auth.py``, ``keys.py``): ``auth`` None means keys whenever the host binds
+Auth (``http/auth.py``, ``http/keys.py``): ``auth`` None means keys whenever the host binds
 beyond loopback and off on loopback; the start-up log says which and why. Links name
 ``public_url`` (``--public-url`` / ``DURABLE_HOST_PUBLIC_URL``) or the bound address;
 ``rpcBaseUrl`` names the bound address on loopback when the host binds every interface.
@@ -74,7 +74,7 @@ class Host:
     functions: list[str] | None = None
     cors: tuple[str, ...] = ()
     cors_credentials: bool = False
-    # Scale to zero (wake.py): stop after this many idle seconds; ``wake`` says when to return.
+    # Scale to zero (triggers/wake.py): stop after this many idle seconds; ``wake`` says when to return.
     exit_when_idle: float | None = None
     wake: dict[str, Any] | None = None
 

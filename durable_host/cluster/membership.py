@@ -46,7 +46,7 @@ from typing import Protocol
 from durable_host.cluster.ownership import Member, Silence, handovers, plan, shares
 from durable_host.ops import settings
 
-log = logging.getLogger("durable_host.cluster.membership")
+log = logging.getLogger("durable_host.membership")
 
 
 LEASE_SETTING = "DURABLE_HOST_LEASE_SECONDS"

@@ -39,7 +39,7 @@ from durable_host.functions.loader import AppIndex
 from durable_host.ops import faults, logs, telemetry
 from durable_host.store.base import Store
 
-log = logging.getLogger("durable_host.engine.loops")  # the engine's own log: one story per host
+log = logging.getLogger("durable_host.engine")  # the engine's own log: one story per host
 T = TypeVar("T")
 MAX_STORE_RETRY_DELAY = 30.0  # seconds between retries of a claim or a completion
 

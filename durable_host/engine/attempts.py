@@ -18,7 +18,7 @@ full disk, an outage) is not the work's fault: the attempt it ended does not cou
 next attempt reuses its count (``_uncounted``) instead of counting again - so a store that
 recovers never turns into quarantined instances.
 
-Versions (``versioning.py``): before an attempt is counted, the engine checks the
+Versions (``core/versioning.py``): before an attempt is counted, the engine checks the
 instance's version against this host's policy (``_version_verdict``). A version it must not
 run is, with ``Reject``, *parked*: nothing is read further, consumed, counted or written,
 the instance's status shows why, and scans that find its waiting messages again do not
@@ -43,7 +43,7 @@ from durable_host.engine.ready import ReadySet
 from durable_host.functions.config import HostConfig
 from durable_host.store.base import Store
 
-log = logging.getLogger("durable_host.engine.loops")
+log = logging.getLogger("durable_host.engine")
 MAX_COUNTED_AHEAD = 100_000  # instances whose next attempt a commit counted (memory bound)
 
 

@@ -21,7 +21,7 @@ first, the host stops) is completed by itself (``_complete_apart``), as every re
 before.
 
 The replay cache (``replay.HistoryCache``) holds the histories - and, unless they are
-turned off, the live SDK sessions (``sessions.py``) - of *hot* instances only, those with
+turned off, the live SDK sessions (``core/sessions.py``) - of *hot* instances only, those with
 an activity or message on its way, and drops an instance as soon as it waits, finishes, or
 a commit of it fails. An inbox message that cannot be decoded is logged and fails its
 instance through the episode; a history row that cannot be decoded quarantines the
@@ -57,7 +57,7 @@ from durable_host.functions.loader import AppIndex
 from durable_host.ops import faults, telemetry
 from durable_host.store.base import CorruptHistoryError, StoreError
 
-log = logging.getLogger("durable_host.engine.loops")
+log = logging.getLogger("durable_host.engine")
 MESSAGE_BATCH = 1000  # inbox messages taken into one episode
 Result = tuple[ActivityWork, dict[str, Any]]  # an activity's work item and its result message
 
@@ -441,7 +441,7 @@ class Episodes(Attempts):
             messages,
             now,
             poison,
-            self.now,  # responses are stamped when the batch's results exist (entity.py)
+            self.now,  # responses are stamped when the batch's results exist (core/entity.py)
         )
         faults.hit("entity.before_commit")
         await self.store.commit_entity(commit)

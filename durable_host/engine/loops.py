@@ -6,7 +6,7 @@ takes a ready instance and runs one episode (or entity batch) of it top to botto
 in a pure core, commit the result in one store transaction, and only then dispatch what the
 commit produced: activity work items to the activity runner (``activity_runner.py``),
 messages to other instances (which become ready), timers to the timer loop. The settings
-come from ``engine_settings.py``. This module is the shell around them: the workers, their
+come from ``settings.py``. This module is the shell around them: the workers, their
 back-off, the timer and poll loops, start and stop, and the metrics.
 
 The engine is one object, ``Engine``, built in layers, each a base class of the next in its
@@ -64,7 +64,7 @@ from durable_host.store.base import Store, StoreError, UnitLostError
 
 __all__ = ["INLINE_EVENTS", "MAX_ACTIVITY_ATTEMPTS", "Engine", "utc_now"]
 
-log = logging.getLogger("durable_host.engine.loops")
+log = logging.getLogger("durable_host.engine")
 MAX_IDLE_WAIT = 30.0  # seconds; the timer loop re-checks the store at least this often
 MAX_RETRY_DELAY = 30.0  # seconds between attempts at an instance whose processing fails
 
@@ -94,7 +94,7 @@ class Engine(Episodes):
         self.client_json = client_json
         self.now = clock
         # Settings a deployment rarely changes come from the environment, like the
-        # fault plan (engine_settings.py).
+        # fault plan (settings.py).
         self.fast_replay = (
             env_flag("DURABLE_HOST_FAST_REPLAY", True) if fast_replay is None else fast_replay
         )

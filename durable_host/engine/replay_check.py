@@ -16,7 +16,7 @@ instance gets one verdict:
   ``nondeterministic``, as the host itself names it;
 * ``missing`` - the orchestrator is gone from the new code (or disabled);
 * ``other-version`` - the new code's ``versionMatchStrategy`` does not run the instance's
-  version (``versioning.py``): it is not replayed. It counts as a failure only under
+  version (``core/versioning.py``): it is not replayed. It counts as a failure only under
   ``versionFailureStrategy`` ``Fail``; under ``Reject`` the instance waits, untouched, for a
   host of its version (the side-by-side deploy);
 * ``unreadable`` - its stored history cannot be decoded;

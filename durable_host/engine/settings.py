@@ -42,7 +42,7 @@ def env_int(name: str, default: int) -> int:
 def session_verify() -> int:
     """``DURABLE_HOST_SESSION_VERIFY``: ``doubling`` (the default: a full replay whenever the
     history doubled since the last one), ``N`` (every Nth episode) or ``0`` (never); see
-    sessions.py."""
+    core/sessions.py."""
     name = "DURABLE_HOST_SESSION_VERIFY"
     value = os.environ.get(name, "").strip()
     if value.lower() == "doubling":

@@ -6,11 +6,11 @@ Read from host.json: ``extensions.http.routePrefix`` (default ``api``),
 ``maxConcurrentActivityFunctions`` / ``maxConcurrentOrchestratorFunctions`` /
 ``maxConcurrentEntityFunctions`` (default 10 each), ``defaultVersion``,
 ``overridableExistingInstanceStates`` (``NonRunningStates`` default, or ``AnyState``),
-``versionMatchStrategy`` / ``versionFailureStrategy`` (``versioning.py``; these and
+``versionMatchStrategy`` / ``versionFailureStrategy`` (``core/versioning.py``; these and
 ``defaultVersion`` may be overridden by ``AzureFunctionsJobHost__extensions__durableTask__*``
 app settings, as the Functions host allows),
 ``storageProvider.partitionCount`` (1-16, default 4: the ownership partitions of a hub that
-several hosts share, ``ownership.py``), ``extendedSessionsEnabled`` (incremental replay, ``sessions.py``; default true here, unlike
+several hosts share, ``cluster/ownership.py``), ``extendedSessionsEnabled`` (incremental replay, ``core/sessions.py``; default true here, unlike
 the extension, because this host's sessions decide what a full replay decides - see
 docs/architecture.md, "Incremental replay"; ``false`` turns them off; the app setting
 ``AzureFunctionsJobHost__extensions__durableTask__extendedSessionsEnabled`` overrides it, and
@@ -75,11 +75,11 @@ class HostConfig:
     default_version: str | None = None
     function_timeout: float | None = None
     overridable_states: tuple[str, ...] = NON_RUNNING
-    # defaultVersion and the version match/failure strategies (versioning.py)
+    # defaultVersion and the version match/failure strategies (core/versioning.py)
     versioning: VersionPolicy = field(default_factory=VersionPolicy)
     extended_sessions: bool = True
     # extensions.durableTask.storageProvider.partitionCount (1-16): ownership partitions of
-    # a hub that several hosts share (Azure store; ownership.py)
+    # a hub that several hosts share (Azure store; cluster/ownership.py)
     partition_count: int = DEFAULT_PARTITIONS
 
 

@@ -46,7 +46,7 @@ class AppIndex:
     orchestrators: dict[str, FunctionInfo] = field(default_factory=dict)
     activities: dict[str, FunctionInfo] = field(default_factory=dict)
     entities: dict[str, FunctionInfo] = field(default_factory=dict)
-    timers: list[FunctionInfo] = field(default_factory=list)  # timer_triggers.py runs them
+    timers: list[FunctionInfo] = field(default_factory=list)  # triggers/timer.py runs them
     # functions whose trigger this host does not run (listed at start-up, never served)
     other: list[FunctionInfo] = field(default_factory=list)
 

@@ -40,7 +40,7 @@ STORE_FAULTS = "DURABLE_HOST_STORE_FAULTS"
 STORE_FULL = "DURABLE_HOST_STORE_FULL"
 FAULT_SEED = "DURABLE_HOST_FAULT_SEED"
 
-log = logging.getLogger("durable_host.ops.faults")
+log = logging.getLogger("durable_host.faults")
 
 
 def parse(spec: str) -> dict[str, frozenset[int]]:

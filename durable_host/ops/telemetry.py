@@ -59,7 +59,7 @@ from durable_host.core.records import (
 )
 from durable_host.ops import telemetry_setup
 
-log = logging.getLogger("durable_host.ops.telemetry")
+log = logging.getLogger("durable_host.telemetry")
 T = TypeVar("T")
 SCOPE = "durable_host"
 REMEMBERED = 10_000  # instances whose trace context the activity side finds without a read

@@ -42,7 +42,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
 from durable_host.ops.settings import ConfigError
 
-log = logging.getLogger("durable_host.ops.telemetry")
+log = logging.getLogger("durable_host.telemetry")
 FILE_SETTING = "DURABLE_HOST_TELEMETRY_FILE"
 EXPORTERS = ("otlp", "console")
 SHUTDOWN_TIMEOUT = 5.0  # seconds the host's stop waits for the exporters to flush

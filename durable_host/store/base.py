@@ -129,7 +129,7 @@ class StoreLostError(StoreError):
 class UnitLostError(StoreError):
     """This host does not (or no longer) own the partition of the instance it was about to
     write: nothing was written. The engine drops the instance from memory; the partition's
-    owner runs it (a store several hosts share, ``ownership.py``)."""
+    owner runs it (a store several hosts share, ``cluster/ownership.py``)."""
 
 
 class CorruptHistoryError(ValueError):

@@ -1,5 +1,5 @@
 """The SQL of the embedded store: its schema, rows as records, and the statements its
-transactions share. Pure functions of a connection; ``sqlite.py`` owns the transactions.
+transactions share. Pure functions of a connection; ``store.py`` owns the transactions.
 """
 
 from __future__ import annotations

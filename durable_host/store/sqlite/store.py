@@ -1,9 +1,9 @@
 """The embedded SQLite task hub: one file, one host process - the ``Store`` port's methods.
 
 Every method is one read on the store thread or one write, most of them in a group commit
-(``sqlite_tx.py``: the connection, its thread, group commit, the file's ownership, the
+(``tx.py``: the connection, its thread, group commit, the file's ownership, the
 errors, and the episode records kept in memory); the SQL they share lives in
-``sqlite_sql.py``. An episode's commit (``commit_episode``, ``commit_step``) is one
+``sql.py``. An episode's commit (``commit_episode``, ``commit_step``) is one
 transaction: history, status, consumed inbox messages, outbox and, for a step, the activity
 results it took - all or nothing. A step whose work item another run completed first applies
 nothing and returns None. ``create_instance``, ``commit_*`` and ``episode_record`` keep the

@@ -2,7 +2,7 @@
 commit, the file's ownership, and the episode records kept in memory.
 
 ``SqliteTx`` is the base of ``sqlite.SqliteStore``; it knows nothing of instances beyond the
-record cache's trigger, and ``sqlite.py`` writes every port method on it with ``_run`` (a
+record cache's trigger, and ``store.py`` writes every port method on it with ``_run`` (a
 read on the store thread), ``_write`` (a write in a group commit) and ``_tx`` (a transaction
 of its own).
 
@@ -63,7 +63,7 @@ from durable_host.store.sqlite.guard import (
 from durable_host.store.sqlite.sql import SCHEMA
 
 T = TypeVar("T")
-log = logging.getLogger("durable_host.store.sqlite.store")
+log = logging.getLogger("durable_host.store.sqlite")
 IDENTITY_CHECK_SECONDS = 1.0  # reads notice a removed or replaced file within this time
 MAX_EPISODE_RECORDS = 10_000  # instance rows kept for the next episode (module doc)
 

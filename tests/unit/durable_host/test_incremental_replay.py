@@ -1,4 +1,4 @@
-"""Incremental replay (sessions.py) decides exactly what a full replay decides, episode by
+"""Incremental replay (durable_host/core/sessions.py) decides exactly what a full replay decides, episode by
 episode, and a session that cannot be trusted is rebuilt, where changed code is caught.
 
 The golden histories (tests/replay/histories: real runs of the app's orchestrators) are cut

@@ -1,4 +1,4 @@
-"""Fast replay computes exactly what the plain replay computes (replay.py, sessions.py).
+"""Fast replay computes exactly what the plain replay computes (durable_host/core/replay.py, durable_host/core/sessions.py).
 
 Every golden scenario runs three times through the pure episode driver: handing the SDK the
 whole history with dateutil timestamps; with only the events it reads and the fast

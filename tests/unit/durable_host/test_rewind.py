@@ -1,4 +1,4 @@
-"""Rewind of a Failed instance, decided by the pure episode (orchestration.py, "rewind").
+"""Rewind of a Failed instance, decided by the pure episode (durable_host/core/orchestration.py, "rewind").
 
 Failed steps become GenericEvents ("Rewound: ...") and the replay schedules them again
 under the same sequence ids; a retry that ran out starts over whole; a failed child is
