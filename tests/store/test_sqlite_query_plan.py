@@ -11,13 +11,14 @@ import sqlite3
 
 from durable_host.core.records import Query
 from durable_host.store.codec import COLUMNS
-from durable_host.store.sqlite.sql import SCHEMA, filters
+from durable_host.store.query import SQLITE, instance_filters
+from durable_host.store.sqlite.sql import SCHEMA
 
 
 def plan(query: Query) -> str:
     db = sqlite3.connect(":memory:")
     db.executescript(SCHEMA)
-    where, args = filters(query)
+    where, args = instance_filters(query, SQLITE)
     sql = f"SELECT {COLUMNS} FROM instances WHERE {where} ORDER BY instance_id LIMIT ?"
     rows = db.execute(f"EXPLAIN QUERY PLAN {sql}", (*args, -1)).fetchall()
     return " | ".join(str(row[-1]) for row in rows)

@@ -13,7 +13,6 @@ from durable_host.core.records import (
     Completion,
     Episode,
     OutgoingKind,
-    Query,
     RuntimeStatus,
 )
 from durable_host.store import codec
@@ -181,37 +180,6 @@ async def insert_messages(
             (db.settings.channel, db.writer, elsewhere),
         )
     return ids
-
-
-def filters(query: Query) -> tuple[str, list[Any]]:
-    where, args = ["TRUE"], list[Any]()
-    if query.entities is True:
-        where.append("instance_id LIKE '@%%'")
-    elif query.entities is False:
-        where.append("instance_id NOT LIKE '@%%'")
-    for column, op, value in (
-        ("created_at", ">=", query.created_from),
-        ("created_at", "<=", query.created_to),
-        ("updated_at", ">=", query.updated_from),
-        ("updated_at", "<=", query.updated_to),
-        ("instance_id", ">", query.continuation),
-    ):
-        if value is not None:
-            where.append(f"{column} {op} %s")
-            args.append(value)
-    if query.statuses:
-        where.append("status = ANY(%s)")
-        args.append(list(query.statuses))
-    if query.prefix:
-        where.append("left(instance_id, %s) = %s")
-        args.extend([len(query.prefix), query.prefix])
-        # The same rows as a key range, so the primary key's index finds them.
-        where.append("instance_id >= %s")
-        args.append(query.prefix)
-        if (bound := codec.prefix_bound(query.prefix)) is not None:
-            where.append("instance_id < %s")
-            args.append(bound)
-    return " AND ".join(where), args
 
 
 async def purge_ids(db: Database, conn: Conn, ids: list[str]) -> int:

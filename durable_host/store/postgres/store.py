@@ -56,6 +56,7 @@ from durable_host.store.postgres.listen import Listener
 from durable_host.store.postgres.partitions import HubPartitions
 from durable_host.store.postgres.schema import SchemaTooNewError, migrate
 from durable_host.store.postgres.settings import PostgresSettings
+from durable_host.store.query import POSTGRES, instance_filters
 
 log = logging.getLogger("durable_host.store.postgres")
 MAX_STEP_COMPLETIONS = 1000  # one statement per completion: no limit worth having below this
@@ -580,7 +581,7 @@ class PostgresStore:
     # --- queries and purge --------------------------------------------------------------
 
     async def query(self, query: Query) -> QueryPage:
-        where, args = q.filters(query)
+        where, args = instance_filters(query, POSTGRES)
         limit = query.top if query.top and query.top > 0 else None
 
         async def read(conn: Conn) -> QueryPage:
@@ -606,7 +607,7 @@ class PostgresStore:
         terminal = codec.purgeable(query)
         if terminal is None:
             return 0
-        where, args = q.filters(terminal)
+        where, args = instance_filters(terminal, POSTGRES)
 
         async def body(conn: Conn) -> int:
             cur = await self.db.execute(

@@ -12,7 +12,6 @@ from durable_host.core.records import (
     Completion,
     Episode,
     OutgoingKind,
-    Query,
     RuntimeStatus,
 )
 from durable_host.store import codec
@@ -168,37 +167,6 @@ def write_outbox(db: sqlite3.Connection, episode: Episode) -> list[ActivityWork]
                 (item.target, codec.encode(item.payload), item.visible_at),
             )
     return created
-
-
-def filters(query: Query) -> tuple[str, list[Any]]:
-    where, args = ["1=1"], list[Any]()
-    if query.entities is True:
-        where.append("instance_id LIKE '@%'")
-    elif query.entities is False:
-        where.append("instance_id NOT LIKE '@%'")
-    for column, op, value in (
-        ("created_at", ">=", query.created_from),
-        ("created_at", "<=", query.created_to),
-        ("updated_at", ">=", query.updated_from),
-        ("updated_at", "<=", query.updated_to),
-        ("instance_id", ">", query.continuation),
-    ):
-        if value is not None:
-            where.append(f"{column}{op}?")
-            args.append(value)
-    if query.statuses:
-        where.append(f"status IN ({','.join('?' * len(query.statuses))})")
-        args.extend(query.statuses)
-    if query.prefix:
-        where.append("substr(instance_id, 1, ?)=?")
-        args.extend([len(query.prefix), query.prefix])
-        # The same rows as a key range, so the primary key's index finds them.
-        where.append("instance_id>=?")
-        args.append(query.prefix)
-        if (bound := codec.prefix_bound(query.prefix)) is not None:
-            where.append("instance_id<?")
-            args.append(bound)
-    return " AND ".join(where), args
 
 
 def purge_ids(db: sqlite3.Connection, ids: list[str]) -> int:

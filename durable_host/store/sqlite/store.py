@@ -31,10 +31,10 @@ from durable_host.ops import faults
 from durable_host.store import codec
 from durable_host.store.base import InstanceExistsError
 from durable_host.store.codec import COLUMNS, instance_record
+from durable_host.store.query import SQLITE, instance_filters
 from durable_host.store.sqlite.sql import (
     complete_work,
     delete_inbox,
-    filters,
     purge_ids,
     update_instance,
     write_outbox,
@@ -364,7 +364,7 @@ class SqliteStore(SqliteTx):
 
     async def query(self, query: Query) -> QueryPage:
         def read(db: sqlite3.Connection) -> QueryPage:
-            where, args = filters(query)
+            where, args = instance_filters(query, SQLITE)
             limit = query.top if query.top and query.top > 0 else -1
             rows = db.execute(
                 f"SELECT {COLUMNS} FROM instances WHERE {where} ORDER BY instance_id LIMIT ?",
@@ -389,7 +389,7 @@ class SqliteStore(SqliteTx):
             return 0
 
         def body(db: sqlite3.Connection) -> int:
-            where, args = filters(terminal)
+            where, args = instance_filters(terminal, SQLITE)
             ids = [
                 r[0] for r in db.execute(f"SELECT instance_id FROM instances WHERE {where}", args)
             ]
