@@ -21,6 +21,8 @@
   activities, the API and adapters do - never orchestrators, which replay, nor entities.
 * Every room is small: each Python file of the repository (host, app, tests, bench,
   examples, scripts) has fewer than ``MAX_LINES`` lines.
+* No package of the host, the kernel or the app holds more than ``MAX_MODULES`` modules
+  directly: past that its layers are no longer seen in a listing.
 * The house has no import circles: no module of the repository reaches itself through the
   run-time imports of the repository's own modules - deferred imports inside a function
   count (they are a dependency all the same, only a later one); imports under
@@ -90,6 +92,7 @@ KERNEL_FORBIDDEN = (
 
 
 MAX_LINES = 700  # a room a reader takes in at once; split along its concepts past this
+MAX_MODULES = 20  # modules side by side in one package before its layers are no longer seen
 SKIPPED_DIRS = ("node_modules", "build", "__pycache__")  # and every hidden one: .venv*, .git
 
 
@@ -490,6 +493,31 @@ def test_every_room_has_fewer_than_max_lines() -> None:
         str(p.relative_to(ROOT)) for p in files
     }
     assert _oversized(ROOT) == []
+
+
+def _crowded(root: Path, packages: tuple[str, ...]) -> list[str]:
+    found = []
+    for package in packages:
+        for folder in [root / package, *(root / package).rglob("*")]:
+            if folder.is_dir() and (folder / "__init__.py").is_file():
+                count = len([p for p in folder.glob("*.py") if p.name != "__init__.py"])
+                if count > MAX_MODULES:
+                    found.append(f"{folder.relative_to(root)}: {count} modules")
+    return found
+
+
+def test_no_package_holds_more_than_max_modules() -> None:
+    assert _crowded(ROOT, (HOST, *APP_PACKAGES)) == []
+
+
+def test_the_package_size_rule_fails_on_a_crowded_package(tmp_path: Path) -> None:
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    for folder in (tmp_path / "pkg", tmp_path / "pkg" / "sub"):
+        (folder / "__init__.py").write_text("")
+    for i in range(MAX_MODULES + 1):
+        (tmp_path / "pkg" / "sub" / f"m{i}.py").write_text("")
+
+    assert _crowded(tmp_path, ("pkg",)) == [f"pkg/sub: {MAX_MODULES + 1} modules"]
 
 
 def test_the_house_has_no_import_circles() -> None:
