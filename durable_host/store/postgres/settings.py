@@ -49,6 +49,14 @@ class PostgresSettings:
     silence_seconds: float = 5.0
 
     @property
+    def idle_transaction_ms(self) -> int:
+        """The server ends a session idle inside a transaction this long: the silence, 2 s
+        at least. No transaction of the store waits on anything but the database between
+        its statements, so only a cut (or a stalled) host's session is ever ended so, and
+        its locks are free by the time its silence is noticed."""
+        return int(max(2.0, self.silence_seconds) * 1000)
+
+    @property
     def schema(self) -> str:
         return SCHEMA_PREFIX + self.hub.lower()
 
@@ -81,8 +89,20 @@ def from_spec(spec: str, hub: str, env: dict[str, str] | None = None) -> Postgre
         raise PostgresSettingsError(
             f"{SETTING} is not a valid libpq connection string: {redact(str(exc), conninfo)}"
         ) from None
-    if "connect_timeout" not in params:
-        conninfo = pg_conninfo.make_conninfo(conninfo, connect_timeout=10)
+    # The client's side of a cut: without keepalives a connection waiting for an answer
+    # that never comes waits for the kernel's retransmissions (15 minutes) or, idle, for
+    # its keepalive (2 hours). A setting the conninfo gives wins.
+    defaults = {
+        "connect_timeout": 10,
+        "keepalives": 1,
+        "keepalives_idle": 5,
+        "keepalives_interval": 2,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 10_000,
+    }
+    missing = {k: v for k, v in defaults.items() if k not in params}
+    if missing:
+        conninfo = pg_conninfo.make_conninfo(conninfo, **missing)
     if not re.fullmatch(HUB_PATTERN, hub):
         raise PostgresSettingsError(
             f"hub name {hub!r} must be 3-50 letters or digits, starting with a letter"
