@@ -279,11 +279,12 @@ class Engine(Episodes):
             try:
                 wait = await self._fire_due_timers()
                 failures = 0
-            except Exception:
-                # A store outage must not end the loop: timers would never fire again.
+            except Exception as exc:  # noqa: BLE001 - logged in a line, retried
+                # A store outage must not end the loop: timers would never fire again. One
+                # line per failure (no traceback): an outage of minutes is not a page of them.
                 failures += 1
                 wait = min(MAX_IDLE_WAIT, 0.5 * 2**failures)
-                log.warning("timer scan failed; retrying in %.1fs", wait, exc_info=True)
+                log.warning("timer scan failed; retrying in %.1fs: %s", wait, logs.one_line(exc))
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=wait)
             except TimeoutError:

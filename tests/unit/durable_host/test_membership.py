@@ -74,6 +74,10 @@ class FakeBackend:
     def held_for(self) -> dict[int, float]:
         return {u: self.clock[0] - self.taken_at.get(u, 0.0) for u in self.held()}
 
+    def lose(self, unit: int, why: str) -> None:
+        if self.hub.holder[unit] == self.me:
+            self.hub.holder[unit] = None
+
     async def hand_over(self, unit: int, version: str) -> None:
         if self.hub.holder[unit] == self.me:
             self.hub.wanted[unit] = version
