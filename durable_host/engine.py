@@ -210,6 +210,7 @@ class Engine(Episodes):
         """Another host owns the instance's partition (a store several hosts share):
         nothing was written; its owner runs it. Results this host holds are stored for it."""
         log.info("instance left to the owner of its partition: %s", why)
+        self.lost_to_takeover(instance_id)
         self._failures.pop(instance_id, None)
         self._forget(instance_id)
         self._complete_apart(self._results.pop(instance_id, []))
