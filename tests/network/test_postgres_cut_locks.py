@@ -9,7 +9,7 @@ neither sends another byte nor closes the connection, as a cut host cannot; its 
 loops are stopped (its heartbeat falls silent). Store ``b`` must evict ``a`` and take the
 partition within the silence plus a few seconds (before the fix: its ``FOR UPDATE`` waited
 on the lock for the statement timeout, 30 s, again and again), and ``a``'s late commit is
-refused. Waits are bounded; nothing asserts on durations beyond that bound.
+refused by the server's fence. Waits are bounded; nothing asserts on durations beyond that bound.
 """
 
 from __future__ import annotations
@@ -60,15 +60,19 @@ def test_a_transaction_left_open_by_a_cut_host_does_not_stall_the_takeover(
             )
             await conn.execute("UPDATE hosts SET draining = draining WHERE id = %s", (a.owner,))
             assert a.membership is not None
-            for task in (a.membership._task, a.membership._beats):
+            # Cut: from now on its heartbeat does not change. Its watch is stopped too, so
+            # ``a`` still believes it holds the partition: the refusal below is the server's
+            # fence (the partition row's epoch), not ``a`` giving up by itself.
+            for task in (a.membership._task, a.membership._beats, a.membership._watch):
                 assert task is not None
-                task.cancel()  # cut: from now on its heartbeat does not change
+                task.cancel()
             cut = time.monotonic()
             assert b.partitions is not None
             while b.partitions.held() != {0} and time.monotonic() - cut < BOUND:
                 await asyncio.sleep(0.1)
             took = time.monotonic() - cut
             assert b.partitions.held() == {0}, f"b did not take the partition in {BOUND}s"
+            assert a.partitions.held() == {0}  # a believes it still holds it
             late = first_episode(messages, [{"EventType": 0}])
             with pytest.raises(UnitLostError):
                 await a.commit_episode("i", late, "t")
