@@ -197,6 +197,9 @@ class Membership:
             )
             for unit in held:
                 self.backend.lose(unit, f"this host's heartbeat was silent for {age:.0f}s")
+            # A call over a dead link may hang rather than fail: the first heartbeat that
+            # gets through ends the outage in the log.
+            self._outage = self._outage or f"no heartbeat reached the store for {age:.0f}s"
 
     def is_dead(self, member: str) -> bool:
         """Judged dead by its silent heartbeat and not seen beating since."""
