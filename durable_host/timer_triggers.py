@@ -40,9 +40,9 @@ from typing import Any
 from azure.functions.timer import TimerRequest
 
 from durable_host import history as h
-from durable_host import invocation, ncrontab
+from durable_host import invocation, logs, ncrontab
 from durable_host.loader import AppIndex, AppLoadError, FunctionInfo
-from durable_host.store.base import Store
+from durable_host.store.base import Store, StoreError
 
 log = logging.getLogger("durable_host.timers")
 MONITOR_THRESHOLD = timedelta(minutes=1)
@@ -226,11 +226,17 @@ class TimerTriggers:
                 first, failures = False, 0
             except asyncio.CancelledError:
                 raise
-            except Exception:  # a store outage must not end the schedule
+            except Exception as exc:  # a store outage must not end the schedule
                 failures += 1
                 delay = min(MAX_RETRY_DELAY, 0.5 * 2**failures)
+                # A store error is one line (an outage repeats it); anything else is a
+                # defect and keeps its traceback.
                 log.warning(
-                    "timer %s: store failed; retrying in %.1fs", spec.name, delay, exc_info=True
+                    "timer %s: store failed; retrying in %.1fs: %s",
+                    spec.name,
+                    delay,
+                    logs.one_line(exc),
+                    exc_info=not isinstance(exc, StoreError),
                 )
                 await self._sleep(delay)
 

@@ -9,7 +9,8 @@ arriving through ``b`` (and through ``a`` while it can reach the store); the pha
 2. ``cut``: ``a`` silently cut off from the store while steps run (transactions and
    requests in flight): ``b`` holds every partition within the silence plus a few seconds,
    ``a`` reports that it holds none (it is still asked over its control link) and logs the
-   outage in lines, not tracebacks; healed, ``a`` takes its share again.
+   outage in lines, not tracebacks; healed, ``a`` takes its share again. In the long run
+   the cut lasts 45 s more, past every retry budget of the cut host.
 3. ``flap``: repeated short and long cuts of ``a``.
 4. ``slow``: 100-300 ms on every chunk of ``a``'s store link (the relay) and 5 % of its
    packets dropped (``nft``), for a while.
@@ -55,6 +56,7 @@ FLAPS = 8 if LONG else 2
 SLOW_SECONDS = 60 if LONG else 5
 STEPS = 6 if LONG else 4
 CHAINS = 6 if LONG else 4  # per batch
+HOLD = 45 if LONG else 0  # seconds the long cut lasts beyond the takeover (retry budgets run out)
 FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 LEASE = {"postgres": 5, "azure": 15}
 SILENCE = {"postgres": 3, "azure": 5}  # the defaults for those leases
@@ -346,6 +348,8 @@ def cut_once(
     report.takeovers.append(time.monotonic() - began)
     wait_for(lambda: held(a) == set(), silence + 20, "a to report it holds nothing")
     report.knew.append(time.monotonic() - began)
+    time.sleep(HOLD)  # long enough for every retry budget of the cut host to run out
+    assert held(a) == set(), "a took a partition back while cut off"
     lab.heal(a_ns)
     report.cuts.append(time.monotonic() - began)
     wait_for(lambda: held_now(a), settle, "a to take its share again")
