@@ -194,8 +194,7 @@ class Database:
                     return await body(conn)
             except _Retry as retry:
                 error: BaseException = retry.error
-            except (psycopg.OperationalError, PoolTimeout) as exc:
-                error = exc
+            # Both are OperationalErrors: caught before the clause that retries those.
             except psycopg.errors.LockNotAvailable as exc:  # lock_timeout: the caller decides
                 raise LockBusyError(
                     redact(
@@ -205,6 +204,8 @@ class Database:
                 ) from None
             except psycopg.errors.QueryCanceled as exc:  # statement_timeout: not retried here
                 raise self.failed(f"{operation} timed out", exc) from None
+            except (psycopg.OperationalError, PoolTimeout) as exc:
+                error = exc
             except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as exc:
                 error = exc
             except psycopg.DatabaseError as exc:  # e.g. a full disk: the store's, not the work's
