@@ -17,6 +17,11 @@ Other settings (environment): ``DURABLE_HOST_POSTGRES_POOL`` (connections, defau
 that long makes its host dead: ``membership``; 1-60, default a third of the lease, 3 s at least),
 ``DURABLE_HOST_POSTGRES_RETRY_SECONDS`` (how long an
 operation retries a lost connection before it fails as a store error, default 10).
+
+A network cut: the connection gets libpq's TCP keepalives (5 s idle, 3 probes 2 s apart)
+and ``tcp_user_timeout`` (10 s) unless the conninfo sets them, so a call waiting over a dead
+link fails within seconds; ``idle_transaction_ms`` (the silence) is what the server allows a
+session idle inside a transaction (``database``).
 """
 
 from __future__ import annotations
