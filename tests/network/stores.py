@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from durable_host import azurite
+from durable_host.ops import azurite
 from tests.network.lab import Host, Lab
 from tests.postgres_server import PostgresServer, find_bindir
 

@@ -2,8 +2,8 @@ from typing import Any
 
 import pytest
 
-from kernel import changes, session
-from kernel.errors import CursorExpiredError, ValidationError
+from kernel.session import changes, reducer as session
+from kernel.common.errors import CursorExpiredError, ValidationError
 
 T0 = "2025-01-01T00:00:00Z"
 

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from kernel import ids, pages, session
-from kernel.errors import ConflictError, CursorExpiredError, NotFoundError, ValidationError
+from kernel.common import ids
+from kernel.session import pages, reducer as session
+from kernel.common.errors import ConflictError, CursorExpiredError, NotFoundError, ValidationError
 
 T0 = "2025-01-01T00:00:00Z"
 

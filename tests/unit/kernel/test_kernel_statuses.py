@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import get_args
 
-from kernel.failures import TIERS
-from kernel.statuses import (
+from kernel.turn.failures import TIERS
+from kernel.common.statuses import (
     FINAL_SUBMISSION_STATUSES,
     TERMINAL_TASK_STATUSES,
     FinalStatusValue,

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import pytest
 
 import functions_schedules
-from durable_host import ncrontab
-from kernel import cron, loops
-from kernel.errors import ValidationError
+from durable_host.triggers import ncrontab
+from kernel.loops import cron, loop as loops
+from kernel.common.errors import ValidationError
 
 NOW = datetime(2026, 1, 1, 8, 0, 1, tzinfo=UTC)
 

@@ -6,9 +6,9 @@ from typing import cast
 
 import pytest
 
-from kernel.model_io import ModelFailure, ModelResponse, ModelSuccess, ToolCall
-from kernel.tools import ToolPolicy
-from kernel.turn_policy import (
+from kernel.turn.model_io import ModelFailure, ModelResponse, ModelSuccess, ToolCall
+from kernel.turn.tools import ToolPolicy
+from kernel.turn.policy import (
     AttemptState,
     TurnLimits,
     TurnSettingsError,
