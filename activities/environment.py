@@ -24,9 +24,9 @@ from typing import Any
 import azure.durable_functions as df
 
 from adapters.model_provider import ProviderConfig
-from kernel.workspace import environment
-from kernel.turn import tools
 from kernel.session.state import SCHEMA_VERSION
+from kernel.turn import tools
+from kernel.workspace import environment
 
 bp = df.Blueprint()
 HOST_JSON = Path(__file__).resolve().parents[1] / "host.json"

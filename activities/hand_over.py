@@ -18,9 +18,9 @@ from typing import Any
 import azure.durable_functions as df
 
 from kernel.common import ids
-from kernel.session.state import decode_entity_state
 from kernel.common.statuses import ENDED_RUNTIME_STATUSES
 from kernel.common.text import scrub
+from kernel.session.state import decode_entity_state
 
 bp = df.Blueprint()
 OUTPUT_CHARS = 300

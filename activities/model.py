@@ -46,9 +46,9 @@ from adapters.content_store import default_store
 from entities import session_pages
 from kernel.common import content
 from kernel.session import pages
-from kernel.turn import planner, tools
 from kernel.session import previews as preview_rules
 from kernel.session import reducer as session_core
+from kernel.turn import planner, tools
 from kernel.turn.model_io import ModelFailure, ModelIOError, ModelRequest, ModelResult, ModelSuccess
 from kernel.turn.policy import TurnLimits, TurnSettingsError
 

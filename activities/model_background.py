@@ -39,10 +39,10 @@ from adapters.content_store import default_store
 from adapters.model_provider import ProviderConfig
 from entities import session_pages
 from kernel.common import content
-from kernel.turn import planner, tools
-from kernel.session import reducer as session_core
-from kernel.turn.model_io import ModelFailure, ModelIOError, ModelRequest
 from kernel.common.statuses import FINAL_SUBMISSION_STATUSES
+from kernel.session import reducer as session_core
+from kernel.turn import planner, tools
+from kernel.turn.model_io import ModelFailure, ModelIOError, ModelRequest
 
 bp = df.Blueprint()
 DEFAULT_TIMEOUT_S = 120.0

@@ -37,8 +37,8 @@ from activities.tools import crash_point
 from adapters import workspace_store
 from entities import session_pages
 from kernel.session import retention
-from kernel.workspace import files as workspace
 from kernel.session.state import decode_entity_state
+from kernel.workspace import files as workspace
 
 bp = df.Blueprint()
 log = logging.getLogger(__name__)

@@ -67,8 +67,8 @@ from adapters import telemetry
 from adapters.attempt_ledger import AttemptLedger, LeaseLost, attempt_state, default_ledger
 from adapters.content_store import default_store
 from entities import session_pages
-from kernel.turn import calculator, tools
 from kernel.session import previews as preview_rules
+from kernel.turn import calculator, tools
 from kernel.turn.policy import replay_decision
 
 bp = df.Blueprint()

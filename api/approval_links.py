@@ -39,8 +39,8 @@ from adapters.attempt_ledger import default_ledger
 from api import inputs
 from api.replies import reply
 from kernel.common import ids
-from kernel.turn.approval_tokens import DECISIONS, TOKEN_PATTERN, claim_owner, matches, token_hash
 from kernel.common.errors import KernelError
+from kernel.turn.approval_tokens import DECISIONS, TOKEN_PATTERN, claim_owner, matches, token_hash
 
 bp = df.Blueprint()
 log = logging.getLogger("agent.approvals")

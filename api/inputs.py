@@ -32,8 +32,8 @@ from typing import Any
 
 from kernel.common import ids
 from kernel.common.errors import ValidationError
-from kernel.session.requests import MAX_TEXT_CHARS
 from kernel.common.text import require_unicode
+from kernel.session.requests import MAX_TEXT_CHARS
 
 MAX_JSON_DEPTH = 64  # as the host bounds durable inputs (the extension's JSON library default)
 MAX_BODY_BYTES = 256 * 1024

@@ -28,8 +28,8 @@ from api import inputs, principals
 from api.replies import failure, reply
 from entities.session_pages import read_head
 from kernel.common import ids
-from kernel.loops import loop as loops
 from kernel.common.errors import ConflictError, KernelError, NotFoundError
+from kernel.loops import loop as loops
 
 bp = df.Blueprint()
 LEVEL = func.AuthLevel.FUNCTION  # as every sessions route (docs/security.md)

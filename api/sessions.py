@@ -49,9 +49,9 @@ from api import inputs, principals, purge
 from api.replies import failure, reply
 from entities import session_pages
 from kernel.common import content, ids
+from kernel.common.errors import ConflictError, KernelError, NotFoundError
 from kernel.session import previews as preview_rules
 from kernel.session import reducer as core
-from kernel.common.errors import ConflictError, KernelError, NotFoundError
 from kernel.session.submissions import MAX_QUEUED_SUBMISSIONS
 
 bp = df.Blueprint()

@@ -38,8 +38,8 @@ from adapters import skill_store
 from api import inputs, principals
 from api.replies import failure, reply
 from kernel.common import ids
-from kernel.skills import skill as skills
 from kernel.common.errors import ConflictError, KernelError, NotFoundError, ValidationError
+from kernel.skills import skill as skills
 from kernel.turn.policy import TurnLimits, TurnSettingsError
 
 bp = df.Blueprint()

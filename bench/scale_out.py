@@ -41,8 +41,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from durable_host.core.history import EventType
 from durable_host.cluster.ownership import partition_of
+from durable_host.core.history import EventType
 from durable_host.store.azure import AzureStore
 from durable_host.testing import HostProcess, wait_for
 

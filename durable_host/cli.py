@@ -38,14 +38,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-from durable_host.functions import config as config_mod
-from durable_host.http import keys as keys_mod
-from durable_host.functions import loader, local_settings
-from durable_host.ops import logs
-from durable_host.triggers import timer as timer_triggers, wake
 from durable_host.engine import replay_check as replay_check_mod
+from durable_host.functions import config as config_mod
+from durable_host.functions import loader, local_settings
 from durable_host.host import STARTUP_ERRORS, Host, open_store
+from durable_host.http import keys as keys_mod
+from durable_host.ops import logs
 from durable_host.transfer import commands
+from durable_host.triggers import timer as timer_triggers
+from durable_host.triggers import wake
 
 
 class _Parser(argparse.ArgumentParser):

@@ -16,15 +16,15 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from durable_host.cluster import scale
-from durable_host.ops import telemetry
-from durable_host.engine.client import DurableClient
 from durable_host.dashboard import Dashboard
+from durable_host.engine.client import DurableClient
 from durable_host.http.auth import Gate, loggable
-from durable_host.triggers.http import FunctionRoutes
 from durable_host.http.key_routes import KeyRoutes
 from durable_host.http.limits import Limits
-from durable_host.triggers.durable import RPC_BASE, WEBHOOK_BASE, ManagementApi, management_urls
+from durable_host.ops import telemetry
 from durable_host.store.base import StoreError
+from durable_host.triggers.durable import RPC_BASE, WEBHOOK_BASE, ManagementApi, management_urls
+from durable_host.triggers.http import FunctionRoutes
 
 log = logging.getLogger("durable_host.http")
 MAX_REQUEST = Limits().max_request_bytes  # bodies are read by limits.read_body, bounded there

@@ -41,10 +41,10 @@ import azure.durable_functions as df
 from adapters.content_store import ContentNotFound, default_store
 from entities import session_pages
 from kernel.common import ids
-from kernel.session import pages
-from kernel.session import reducer as core
 from kernel.common.errors import ConflictError, KernelError, NotFoundError, ValidationError
 from kernel.common.statuses import FINAL_SUBMISSION_STATUSES
+from kernel.session import pages
+from kernel.session import reducer as core
 from kernel.session.submissions import check_owner
 
 bp = df.Blueprint()

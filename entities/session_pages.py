@@ -22,8 +22,8 @@ from typing import Any
 import azure.durable_functions as df
 
 from adapters.content_store import ContentNotFound, default_store
-from kernel.session import pages
 from kernel.common.content import content_ref
+from kernel.session import pages
 from kernel.session.pages import DEFAULT_PAGE_SIZE
 from kernel.session.state import decode_entity_state
 

@@ -41,8 +41,8 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from kernel.loops import loop as loops
 from kernel.common.errors import ValidationError
+from kernel.loops import loop as loops
 from kernel.turn.failures import FailurePolicy
 from orchestrators.failures import run_kind
 from orchestrators.steps import event_or_deadline, event_payload, set_status

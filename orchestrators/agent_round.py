@@ -33,9 +33,9 @@ from typing import Any
 import azure.durable_functions as df
 
 from kernel.common import ids
+from kernel.common.statuses import FINAL_SUBMISSION_STATUSES, SubmissionStatus, TaskStatus
 from kernel.session import task_types
 from kernel.turn.model_io import ModelResponse
-from kernel.common.statuses import FINAL_SUBMISSION_STATUSES, SubmissionStatus, TaskStatus
 from kernel.turn.policy import TurnLimits, check_guards, next_retry_delay
 from orchestrators import model_wait
 from orchestrators.steps import (

@@ -58,7 +58,6 @@ import azure.durable_functions as df
 
 from kernel.common import ids
 from kernel.common.content import REFERENCE_THRESHOLD_BYTES
-from kernel.session.requests import MAX_REASON_CHARS
 from kernel.common.statuses import (
     ENDED_RUNTIME_STATUSES,
     FINAL_SUBMISSION_STATUSES,
@@ -66,6 +65,7 @@ from kernel.common.statuses import (
     TaskStatus,
 )
 from kernel.common.text import scrub
+from kernel.session.requests import MAX_REASON_CHARS
 from orchestrators.steps import (
     child_version,
     event_or_deadline,

@@ -47,10 +47,10 @@ import azure.durable_functions as df
 
 from activities.cancel import cancel_event
 from kernel.common import ids
-from kernel.session import task_types
-from kernel.session.documents import MAX_RECIPIENTS
 from kernel.common.errors import KernelError
 from kernel.common.statuses import TERMINAL_TASK_STATUSES, TaskStatus
+from kernel.session import task_types
+from kernel.session.documents import MAX_RECIPIENTS
 from kernel.session.task_types import CHILD_STATUS, OUTCOMES, NoticeSettings, SendNoticeInput
 from orchestrators.steps import child_version, event_payload, session_entity, set_phase
 

@@ -49,9 +49,9 @@ from typing import Any
 import azure.durable_functions as df
 
 from kernel.common import content, ids
-from kernel.turn import tools
 from kernel.common import limits as kernel_limits
 from kernel.common.statuses import TaskStatus
+from kernel.turn import tools
 from kernel.turn.policy import TurnLimits
 from orchestrators import limits as declared_limits
 from orchestrators.failures import TryFailed, run_kind

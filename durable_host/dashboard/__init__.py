@@ -33,10 +33,10 @@ from typing import Any
 from aiohttp import web
 
 from durable_host.core import history, wire
-from durable_host.triggers import timer as timer_triggers
-from durable_host.engine.client import ClientError, DurableClient, status_payload
-from durable_host.dashboard import listing
 from durable_host.core.records import InstanceRecord, Query, RuntimeStatus
+from durable_host.dashboard import listing
+from durable_host.engine.client import ClientError, DurableClient, status_payload
+from durable_host.triggers import timer as timer_triggers
 
 BASE = "/admin/dashboard"
 PAGE_SIZE = 25

@@ -29,9 +29,9 @@ from azure.functions import meta
 from azure.functions.durable_functions import ActivityTriggerConverter
 
 from durable_host.core import history as h
+from durable_host.core.records import ActivityWork, MessageKind
 from durable_host.functions import identity_tokens, invocation
 from durable_host.functions.loader import AppIndex
-from durable_host.core.records import ActivityWork, MessageKind
 
 HTTP_ACTIVITY = "BuiltIn::HttpActivity"
 

@@ -31,12 +31,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from durable_host.engine import activities
-from durable_host.ops import faults, logs, telemetry
 from durable_host.core import history as h
+from durable_host.core.records import ActivityWork, MessageKind
+from durable_host.engine import activities
 from durable_host.functions.config import HostConfig
 from durable_host.functions.loader import AppIndex
-from durable_host.core.records import ActivityWork, MessageKind
+from durable_host.ops import faults, logs, telemetry
 from durable_host.store.base import Store, StoreError
 
 log = logging.getLogger("durable_host.engine")  # the engine's own log: one story per host

@@ -51,9 +51,9 @@ from collections.abc import Callable
 from typing import Any
 
 from durable_host.core import orchestration, versioning
-from durable_host.functions.config import HostConfig
-from durable_host.engine.ready import ReadySet
 from durable_host.core.records import InstanceRecord, OutgoingKind, RuntimeStatus
+from durable_host.engine.ready import ReadySet
+from durable_host.functions.config import HostConfig
 from durable_host.store.base import Store
 
 log = logging.getLogger("durable_host.engine")

@@ -26,8 +26,6 @@ from typing import Any
 
 from durable_host.core import history as h
 from durable_host.core import orchestration, wire
-from durable_host.ops import telemetry
-from durable_host.engine.loops import Engine
 from durable_host.core.records import (
     TERMINAL,
     InstanceRecord,
@@ -36,6 +34,8 @@ from durable_host.core.records import (
     QueryPage,
     RuntimeStatus,
 )
+from durable_host.engine.loops import Engine
+from durable_host.ops import telemetry
 from durable_host.store.base import InstanceExistsError
 
 _BAD_ID = re.compile(r"[/\\#?\x00-\x1f\x7f]")

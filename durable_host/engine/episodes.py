@@ -42,10 +42,6 @@ from collections.abc import Callable
 from typing import Any
 
 from durable_host.core import entity, orchestration, replay
-from durable_host.ops import faults, telemetry
-from durable_host.engine.activity_runner import ActivityRunner
-from durable_host.engine.attempts import Attempts
-from durable_host.functions.loader import AppIndex
 from durable_host.core.records import (
     ActivityWork,
     Completion,
@@ -55,6 +51,10 @@ from durable_host.core.records import (
     RuntimeStatus,
 )
 from durable_host.core.sessions import Session
+from durable_host.engine.activity_runner import ActivityRunner
+from durable_host.engine.attempts import Attempts
+from durable_host.functions.loader import AppIndex
+from durable_host.ops import faults, telemetry
 from durable_host.store.base import CorruptHistoryError, StoreError
 
 log = logging.getLogger("durable_host.engine")

@@ -45,11 +45,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from durable_host.core import history as h
-from durable_host.ops import logs
 from durable_host.core import replay
-from durable_host.functions import sdk_codec
 from durable_host.engine.activity_runner import ActivityRunner
-from durable_host.functions.config import HostConfig
+from durable_host.engine.episodes import Episodes
 from durable_host.engine.settings import (
     INLINE_EVENTS,
     MAX_ACTIVITY_ATTEMPTS,
@@ -58,8 +56,10 @@ from durable_host.engine.settings import (
     history_cache,
     session_verify,
 )
-from durable_host.engine.episodes import Episodes
+from durable_host.functions import sdk_codec
+from durable_host.functions.config import HostConfig
 from durable_host.functions.loader import AppIndex
+from durable_host.ops import logs
 from durable_host.store.base import Store, StoreError, UnitLostError
 
 __all__ = ["INLINE_EVENTS", "MAX_ACTIVITY_ATTEMPTS", "Engine", "utc_now"]

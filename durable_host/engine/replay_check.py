@@ -48,8 +48,8 @@ from durable_host.core.history import Event, EventType
 from durable_host.core.orchestration import missing_orchestrator_message
 from durable_host.core.records import TERMINAL, InstanceRecord, Query, RuntimeStatus
 from durable_host.core.shim import InstanceView, NonDeterminismError, Shim
-from durable_host.store.base import CorruptHistoryError, Store
 from durable_host.core.versioning import FailureStrategy, MatchStrategy, VersionPolicy
+from durable_host.store.base import CorruptHistoryError, Store
 
 OK = "ok"
 NONDETERMINISTIC = "nondeterministic"

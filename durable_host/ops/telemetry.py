@@ -50,7 +50,6 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, S
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from durable_host.core import history as h
-from durable_host.ops import telemetry_setup
 from durable_host.core.records import (
     TERMINAL,
     ActivityWork,
@@ -58,6 +57,7 @@ from durable_host.core.records import (
     MessageKind,
     RuntimeStatus,
 )
+from durable_host.ops import telemetry_setup
 
 log = logging.getLogger("durable_host.telemetry")
 T = TypeVar("T")

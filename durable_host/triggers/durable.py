@@ -23,10 +23,10 @@ from aiohttp import web
 
 from durable_host.core import history as h
 from durable_host.core import wire
+from durable_host.core.records import TERMINAL, Query, RuntimeStatus
 from durable_host.engine.client import ClientError, DurableClient
 from durable_host.http import limits
 from durable_host.http.limits import Limits, json_text, query_int, read_body
-from durable_host.core.records import TERMINAL, Query, RuntimeStatus
 
 WEBHOOK_BASE = "/runtime/webhooks/durabletask"
 RPC_BASE = "/durabletask"

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import azure.functions as func
 from aiohttp import web
 
-from durable_host.functions import invocation
-from durable_host.ops import telemetry
 from durable_host.engine.client import ClientError
-from durable_host.http.limits import Limits, read_body
+from durable_host.functions import invocation
 from durable_host.functions.loader import FunctionInfo
+from durable_host.http.limits import Limits, read_body
+from durable_host.ops import telemetry
 
 log = logging.getLogger("durable_host.http")
 _CONSTRAINTS = {

@@ -41,10 +41,10 @@ from azure.functions.timer import TimerRequest
 
 from durable_host.core import history as h
 from durable_host.functions import invocation
-from durable_host.ops import logs
-from durable_host.triggers import ncrontab
 from durable_host.functions.loader import AppIndex, AppLoadError, FunctionInfo
+from durable_host.ops import logs
 from durable_host.store.base import Store, StoreError
+from durable_host.triggers import ncrontab
 
 log = logging.getLogger("durable_host.timers")
 MONITOR_THRESHOLD = timedelta(minutes=1)

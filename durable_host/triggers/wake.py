@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from durable_host.core import history as h
-from durable_host.triggers import timer as timer_triggers
 from durable_host.store.base import Store
+from durable_host.triggers import timer as timer_triggers
 
 CHECK_EVERY = 0.25  # seconds between idle checks
 

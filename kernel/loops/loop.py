@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kernel.loops import cron
 from kernel.common import ids
-from kernel.turn import tools
 from kernel.common.errors import ValidationError
+from kernel.loops import cron
+from kernel.turn import tools
 from kernel.turn.policy import TurnLimits, TurnSettingsError
 
 MAX_PROMPT_CHARS = 4_000

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernel.common.errors import ConflictError
+from kernel.common.statuses import FINAL_SUBMISSION_STATUSES
 from kernel.session.changes import record_change
 from kernel.session.documents import delete_document, put_document
 from kernel.session.entries import append_entry
-from kernel.common.errors import ConflictError
 from kernel.session.requests import CommitRequest, SubmissionPatch, parse
 from kernel.session.state import State, upgrade, validate_timestamp, working_copy
-from kernel.common.statuses import FINAL_SUBMISSION_STATUSES
 from kernel.session.submissions import find_submission, finish_submission, submission_item
 from kernel.session.tasks import upsert_task
 

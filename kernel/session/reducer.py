@@ -39,12 +39,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kernel.common.errors import ValidationError
 from kernel.session import pages
 from kernel.session.changes import MAX_CHANGES
 from kernel.session.changes import changes_after as _changes_after
 from kernel.session.commit import commit
 from kernel.session.entries import last_entry_number
-from kernel.common.errors import ValidationError
 from kernel.session.pages import DEFAULT_PAGE_SIZE, Loader, seal
 from kernel.session.requests import ChangesRequest, SubmissionRequest, parse
 from kernel.session.state import SCHEMA_VERSION, State, new_state, upgrade, working_copy

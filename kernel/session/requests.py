@@ -26,11 +26,16 @@ import pydantic
 from pydantic import AfterValidator, ConfigDict, Field, JsonValue
 
 from kernel.common import ids
-from kernel.common.content import content_ref, needs_reference, validate_content_ref, validate_inline_text
-from kernel.session.documents import DOCUMENT_ID_PATTERN
+from kernel.common.content import (
+    content_ref,
+    needs_reference,
+    validate_content_ref,
+    validate_inline_text,
+)
 from kernel.common.errors import ValidationError
 from kernel.common.statuses import FinalStatusValue, TaskStatusValue, TierValue
 from kernel.common.text import require_unicode
+from kernel.session.documents import DOCUMENT_ID_PATTERN
 
 Role = Literal["user", "assistant", "tool", "system"]
 

@@ -28,12 +28,12 @@ from __future__ import annotations
 from typing import Any
 
 from kernel.common import ids
+from kernel.common.errors import ConflictError, NotFoundError, ValidationError
+from kernel.common.statuses import FINAL_SUBMISSION_STATUSES, SubmissionStatus
 from kernel.session.changes import record_change
 from kernel.session.entries import append_entry
-from kernel.common.errors import ConflictError, NotFoundError, ValidationError
 from kernel.session.requests import AcceptRequest, CancelRequest, FinishRequest, TaskPatch, parse
 from kernel.session.state import MAIN_CONVERSATION, State, upgrade, validate_timestamp, working_copy
-from kernel.common.statuses import FINAL_SUBMISSION_STATUSES, SubmissionStatus
 from kernel.session.tasks import close_task, upsert_task
 
 MAX_QUEUED_SUBMISSIONS = 100

@@ -47,9 +47,9 @@ from pydantic import AfterValidator, ConfigDict, Field
 
 from kernel.common import ids, versions
 from kernel.common.content import CONTENT_REF_PATTERN
-from kernel.session.documents import DOCUMENT_ID_PATTERN, MAX_RECIPIENTS, Email
 from kernel.common.errors import KernelError, ValidationError
 from kernel.common.statuses import TaskStatus
+from kernel.session.documents import DOCUMENT_ID_PATTERN, MAX_RECIPIENTS, Email
 
 Outcome = Literal["confirmed", "rejected", "cancelled", "uncertain", "failed"]
 OUTCOMES: tuple[str, ...] = ("confirmed", "rejected", "cancelled", "uncertain", "failed")

@@ -26,9 +26,9 @@ from __future__ import annotations
 from typing import Any
 
 from kernel.common.errors import ConflictError, NotFoundError, ValidationError
+from kernel.common.statuses import TERMINAL_TASK_STATUSES, TaskStatus
 from kernel.session.requests import TaskPatch
 from kernel.session.state import State
-from kernel.common.statuses import TERMINAL_TASK_STATUSES, TaskStatus
 
 _RANK: dict[str, int] = {
     TaskStatus.PENDING: 0,

@@ -42,8 +42,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic import ValidationError as PydanticError
 
 from kernel.common import ids, limits
-from kernel.turn import tools
 from kernel.common.errors import ValidationError, join_path
+from kernel.turn import tools
 
 MAX_SKILL_BYTES = 64 * 1024
 MAX_STEPS = 100  # every step, join children included

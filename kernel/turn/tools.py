@@ -67,14 +67,14 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from kernel.turn import calculator
-from kernel.session import documents
 from kernel.common import ids
-from kernel.workspace import files as workspace
 from kernel.common.errors import join_path
-from kernel.turn.failures import FailurePolicy
 from kernel.common.limits import parse_limit
+from kernel.session import documents
+from kernel.turn import calculator
+from kernel.turn.failures import FailurePolicy
 from kernel.turn.model_io import JsonObject, JsonValue
+from kernel.workspace import files as workspace
 
 ToolPolicy = Literal["safe", "unsafe"]
 ArgsT = TypeVar("ArgsT", bound=BaseModel)
@@ -201,7 +201,9 @@ def use_skill_validator(validate: Callable[[object], list[str]]) -> None:
 
 def _skill_problems(args: RegisterSkillArgs) -> list[str]:
     if not _skill_validator:
-        return ["skill: skills cannot be checked: kernel.skills.skill is not loaded in this process"]
+        return [
+            "skill: skills cannot be checked: kernel.skills.skill is not loaded in this process"
+        ]
     return _skill_validator[0](args.skill)
 
 

@@ -19,8 +19,8 @@ from api import skills as skill_routes
 from api import workspace as workspace_routes
 from entities.session import handle
 from kernel.common import content
-from kernel.session import reducer as core
 from kernel.common.errors import ConflictError, ValidationError
+from kernel.session import reducer as core
 from orchestrators.agent_turn import accept_request, clip_inline, finish_commit, finish_status
 
 NOW = "2026-01-01T00:00:00Z"

@@ -22,9 +22,9 @@ import azure.durable_functions as df
 import pytest
 
 from durable_host.core import orchestration, wire
-from durable_host.engine import replay_check
 from durable_host.core import shim as shim_mod
 from durable_host.core.history import EventType
+from durable_host.engine import replay_check
 from orchestrators import (
     agent_round,
     agent_run,

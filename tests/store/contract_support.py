@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from durable_host.functions.config import NON_RUNNING
 from durable_host.core.orchestration import Episode, Outgoing
+from durable_host.functions.config import NON_RUNNING
 from durable_host.store.base import InstanceRecord
 
 T0 = "2026-01-01T00:00:00.000000Z"

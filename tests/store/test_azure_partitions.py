@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from durable_host.core.orchestration import Episode
 from durable_host.cluster.ownership import partition_of
+from durable_host.core.orchestration import Episode
 from durable_host.store.base import StoreError, UnitLostError
 from tests.harness import store_specs
 

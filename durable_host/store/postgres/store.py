@@ -31,10 +31,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from durable_host.ops import faults
-from durable_host.core import history as h
 from durable_host.cluster.membership import Membership
 from durable_host.cluster.ownership import DEFAULT_PARTITIONS, Member
+from durable_host.core import history as h
 from durable_host.core.records import (
     ActivityWork,
     Completion,
@@ -45,6 +44,7 @@ from durable_host.core.records import (
     QueryPage,
     RuntimeStatus,
 )
+from durable_host.ops import faults
 from durable_host.store import codec
 from durable_host.store.azure.lease import process_identity
 from durable_host.store.base import InstanceExistsError, StoreError

@@ -17,7 +17,6 @@ import copy
 import sqlite3
 from typing import Any
 
-from durable_host.ops import faults
 from durable_host.core.records import (
     ActivityWork,
     Completion,
@@ -28,6 +27,7 @@ from durable_host.core.records import (
     QueryPage,
     RuntimeStatus,
 )
+from durable_host.ops import faults
 from durable_host.store import codec
 from durable_host.store.base import InstanceExistsError
 from durable_host.store.codec import COLUMNS, instance_record

@@ -50,8 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from durable_host.ops import faults
 from durable_host.core.records import InstanceRecord
+from durable_host.ops import faults
 from durable_host.store.base import StoreError, StoreLostError
 from durable_host.store.codec import COLUMNS, instance_record
 from durable_host.store.sqlite.guard import (

@@ -27,9 +27,9 @@ import pytest
 
 from durable_host.core import orchestration as o
 from durable_host.core import replay, sessions
-from durable_host.functions import sdk_codec
 from durable_host.core.history import Event, EventType
 from durable_host.core.sessions import Session
+from durable_host.functions import sdk_codec
 from tests.replay.test_golden_histories import HANDLES, HISTORIES
 from tests.unit.durable_host.driver import Driver
 

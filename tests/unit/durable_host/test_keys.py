@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from durable_host.http import keys as k
 from durable_host.http import auth
+from durable_host.http import keys as k
 
 
 class MemorySecrets:

@@ -162,7 +162,11 @@ def test_the_import_scan_sees_absolute_relative_and_conditional_imports() -> Non
     runtime = _imports(modules["durable_host.core.orchestration"], runtime_only=True)
 
     assert "durable_host.store.base" in engine and "asyncio" in engine
-    assert {"durable_host.core.shim", "durable_host.core.records", "durable_host.core.wire"} <= closure
+    assert {
+        "durable_host.core.shim",
+        "durable_host.core.records",
+        "durable_host.core.wire",
+    } <= closure
     assert "durable_host.core.sessions" in _imports(modules["durable_host.core.orchestration"])
     assert "durable_host.core.sessions" not in runtime
 
@@ -387,7 +391,9 @@ def test_every_room_has_fewer_than_max_lines() -> None:
 def test_the_house_has_no_import_circles() -> None:
     graph = _import_graph(ROOT)
 
-    assert "durable_host.engine.episodes" in graph["durable_host.engine.loops"]  # the scan sees edges
+    assert (
+        "durable_host.engine.episodes" in graph["durable_host.engine.loops"]
+    )  # the scan sees edges
     assert "kernel.turn.tools" in graph["kernel.skills.skill"]
     assert _circles(graph) == []
 

@@ -15,14 +15,14 @@ import azure.durable_functions as df
 import azure.functions as func
 import pytest
 
-from durable_host.functions import config as config_mod
 from durable_host.core import entity, replay
-from durable_host.functions import loader, sdk_codec
 from durable_host.core import history as h
 from durable_host.core import orchestration as o
+from durable_host.core.records import MessageKind
 from durable_host.engine.client import DurableClient, transform_history
 from durable_host.engine.loops import Engine
-from durable_host.core.records import MessageKind
+from durable_host.functions import config as config_mod
+from durable_host.functions import loader, sdk_codec
 from durable_host.store.base import CorruptHistoryError, InstanceRecord
 from durable_host.store.sqlite.store import SqliteStore
 from tests.unit.durable_host.driver import Driver, handle_of

@@ -18,12 +18,12 @@ from typing import Any
 import azure.durable_functions as df
 import azure.functions as func
 
-from durable_host.functions import config as config_mod
-from durable_host.functions import loader
 from durable_host.core import replay
+from durable_host.core.records import Episode
 from durable_host.engine.client import DurableClient
 from durable_host.engine.loops import Engine
-from durable_host.core.records import Episode
+from durable_host.functions import config as config_mod
+from durable_host.functions import loader
 from durable_host.store.base import UnitLostError
 from durable_host.store.sqlite.store import SqliteStore
 

@@ -11,9 +11,10 @@ import azure.functions as func
 import pytest
 
 from durable_host.core import history as h
-from durable_host.triggers import ncrontab, timer as timer_triggers
 from durable_host.functions.loader import index_functions
 from durable_host.store.sqlite.store import SqliteStore
+from durable_host.triggers import ncrontab
+from durable_host.triggers import timer as timer_triggers
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)  # a Thursday
 

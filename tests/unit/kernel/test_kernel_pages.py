@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from kernel.common import ids
-from kernel.session import pages, reducer as session
 from kernel.common.errors import ConflictError, CursorExpiredError, NotFoundError, ValidationError
+from kernel.session import pages
+from kernel.session import reducer as session
 
 T0 = "2025-01-01T00:00:00Z"
 

@@ -5,8 +5,8 @@ from typing import Any
 import pytest
 
 from kernel.common import ids
-from kernel.session import reducer as session
 from kernel.common.errors import KernelError, ValidationError
+from kernel.session import reducer as session
 
 T0 = "2025-01-01T00:00:00Z"
 T1 = "2025-01-01T00:00:01Z"

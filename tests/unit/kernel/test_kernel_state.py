@@ -5,8 +5,8 @@ from typing import Any
 import pytest
 
 from kernel.common import ids
-from kernel.session import reducer as session
 from kernel.common.errors import ConflictError, CursorExpiredError, NotFoundError, ValidationError
+from kernel.session import reducer as session
 from kernel.session.state import SCHEMA_VERSION, decode_entity_state, validate_timestamp
 
 T0 = "2025-01-01T00:00:00Z"

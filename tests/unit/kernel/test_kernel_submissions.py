@@ -4,9 +4,10 @@ from typing import Any
 import pytest
 
 from kernel.common import ids
-from kernel.session import reducer as session, submissions
 from kernel.common.content import content_ref
 from kernel.common.errors import ConflictError, KernelError, NotFoundError, ValidationError
+from kernel.session import reducer as session
+from kernel.session import submissions
 
 T0 = "2025-01-01T00:00:00Z"
 T1 = "2025-01-01T00:00:01Z"

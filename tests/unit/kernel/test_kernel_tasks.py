@@ -3,8 +3,8 @@ from typing import Any
 
 import pytest
 
-from kernel.session import reducer as session
 from kernel.common.errors import ConflictError, KernelError, NotFoundError, ValidationError
+from kernel.session import reducer as session
 from kernel.session.tasks import can_transition
 
 T0 = "2025-01-01T00:00:00Z"

@@ -8,8 +8,9 @@ import pytest
 
 import functions_schedules
 from durable_host.triggers import ncrontab
-from kernel.loops import cron, loop as loops
 from kernel.common.errors import ValidationError
+from kernel.loops import cron
+from kernel.loops import loop as loops
 
 NOW = datetime(2026, 1, 1, 8, 0, 1, tzinfo=UTC)
 

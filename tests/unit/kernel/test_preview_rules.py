@@ -7,8 +7,8 @@ import itertools
 import pytest
 
 from kernel.common import ids
-from kernel.session import previews as rules
 from kernel.common.errors import ValidationError
+from kernel.session import previews as rules
 
 SESSION = "s1"
 SUB = ids.submission_id(SESSION, "r1")

@@ -7,7 +7,6 @@ from typing import cast
 import pytest
 
 from kernel.turn.model_io import ModelFailure, ModelResponse, ModelSuccess, ToolCall
-from kernel.turn.tools import ToolPolicy
 from kernel.turn.policy import (
     AttemptState,
     TurnLimits,
@@ -16,6 +15,7 @@ from kernel.turn.policy import (
     next_retry_delay,
     replay_decision,
 )
+from kernel.turn.tools import ToolPolicy
 
 LIMITS = TurnLimits(
     max_rounds=3,
