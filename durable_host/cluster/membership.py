@@ -21,6 +21,14 @@ commit is conditional on the instance head's ETag and meets the new owner's epoc
 PostgreSQL commit locks its partition row with its epoch), and it takes its share again
 at its next rounds.
 
+A host that cannot reach the store knows it too: when its own heartbeat has not been
+written for ``silence`` seconds (on its monotonic clock, the earliest moment another host
+may judge it dead), a watch loop ``lose``s every partition it holds - it stops running and
+reporting them (``/admin/host/status``) - without waiting for a store call that may hang
+as long as the cut lasts. When the store answers again its rounds take its share back
+(with new epochs). Outages are logged once when they begin and once when they end, each
+in one line.
+
 Versions side by side (``ownership.handovers``): before planning, a round hands over the
 partitions where this host left instances of another version untouched (``parked``) and
 a live host of that version could run them (one a round, or all its surplus over its fair
@@ -88,6 +96,8 @@ class Backend(Protocol):
 
     async def hand_over(self, unit: int, version: str) -> None: ...
 
+    def lose(self, unit: int, why: str) -> None: ...
+
 
 class Membership:
     """One host's part in balancing (see the module docstring)."""
@@ -128,12 +138,54 @@ class Membership:
         self.last_members: list[Member] = []
         self.last_holdings: dict[int, str | None] = {}
         self._task: asyncio.Task[None] | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self._beat_ok = time.monotonic()  # when this host's heartbeat was last written
+        self._outage = ""  # the first error of a store outage being lived through, or ""
 
     async def join(self) -> None:
         """The first round (this host takes what is free), then the loop."""
         await self.round()
         self._task = asyncio.create_task(self._loop())
         self._beats = asyncio.create_task(self._beat_loop())
+        self._watch = asyncio.create_task(self._watch_loop())
+
+    async def _beat(self) -> None:
+        await self.backend.beat(self.me, ttl=self.ttl)
+        self._beat_ok = time.monotonic()
+        if self._outage:
+            log.warning("the store answers again (the outage began with: %s)", self._outage)
+            self._outage = ""
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        """One line when an outage begins; the rest of it at debug level."""
+        text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
+        if self._outage:
+            log.debug("%s failed: %s", what, text)
+            return
+        self._outage = text
+        log.warning("%s failed: %s (retrying; quiet until the store answers)", what, text)
+
+    async def _watch_loop(self) -> None:
+        """Lose every held partition once this host's heartbeat is ``silence`` seconds
+        old: another host may have judged it dead and taken them."""
+        while True:
+            await asyncio.sleep(self.beat)
+            age = time.monotonic() - self._beat_ok
+            held = sorted(self.backend.held())
+            if self.draining or not held or age < self.silence.silence:
+                continue
+            log.warning(
+                "no heartbeat reached the store for %.0fs: partitions %s given up (another"
+                " host may hold them now); this host takes its share again when the store"
+                " answers",
+                age,
+                held,
+            )
+            for unit in held:
+                self.backend.lose(unit, f"this host's heartbeat was silent for {age:.0f}s")
+            # A call over a dead link may hang rather than fail: the first heartbeat that
+            # gets through ends the outage in the log.
+            self._outage = self._outage or f"no heartbeat reached the store for {age:.0f}s"
 
     def is_dead(self, member: str) -> bool:
         """Judged dead by its silent heartbeat and not seen beating since."""
@@ -149,7 +201,7 @@ class Membership:
 
     async def round(self) -> None:
         backend = self.backend
-        await backend.beat(self.me, ttl=self.ttl)
+        await self._beat()
         members = await self._listing()
         holdings = await backend.holdings()
         wanted = backend.wanted()
@@ -229,26 +281,26 @@ class Membership:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the next round tries again
-                log.warning("balancing round failed (next in %.0fs): %s", self.interval, exc)
+                self._failed("balancing round", exc)
 
     async def _beat_loop(self) -> None:
         """The heartbeat between rounds, and a round at once when a holder fell silent."""
         while True:
             await asyncio.sleep(self.beat)
             try:
-                await self.backend.beat(self.me, ttl=self.ttl)
+                await self._beat()
                 await self._listing()
                 if self.dead & set(self.last_holdings.values()):
                     self._wake.set()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the next beat tries again
-                log.debug("heartbeat failed (next in %.1fs): %s", self.beat, exc)
+                self._failed("heartbeat", exc)
 
     async def leave(self, timeout: float = 5.0) -> None:
         """Graceful stop: release every partition at once, remove the heartbeat."""
         self.draining = True
-        tasks = [t for t in (self._task, self._beats) if t is not None]
+        tasks = [t for t in (self._task, self._beats, self._watch) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -37,7 +37,7 @@ from durable_host.engine import activities
 from durable_host.functions.config import HostConfig
 from durable_host.functions.loader import AppIndex
 from durable_host.ops import faults, logs, telemetry
-from durable_host.store.base import Store
+from durable_host.store.base import Store, StoreError
 
 log = logging.getLogger("durable_host.engine")  # the engine's own log: one story per host
 T = TypeVar("T")
@@ -193,10 +193,19 @@ class ActivityRunner:
         while True:
             try:
                 return await call()
-            except Exception:
+            except Exception as exc:
                 if self.stopping:
                     raise
-                log.warning("%s failed; retrying in %.1fs", what, delay, exc_info=True)
+                # A store error (an outage, a cut) is expected here: one line, no traceback;
+                # anything else keeps its traceback, it is a defect to find.
+                trace = not isinstance(exc, StoreError)
+                log.warning(
+                    "%s failed; retrying in %.1fs: %s",
+                    what,
+                    delay,
+                    logs.one_line(exc),
+                    exc_info=trace,
+                )
                 await asyncio.sleep(delay)
                 delay = min(MAX_STORE_RETRY_DELAY, delay * 2)
 

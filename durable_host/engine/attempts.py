@@ -18,6 +18,19 @@ full disk, an outage) is not the work's fault: the attempt it ended does not cou
 next attempt reuses its count (``_uncounted``) instead of counting again - so a store that
 recovers never turns into quarantined instances.
 
+Lost to a takeover: on a store several hosts share, a host cut off from the store (or
+stalled) loses its partitions to another host, which counts its own attempt on top of the
+count this host left standing - an attempt that ended for the network's sake, not the
+instance's. So this host remembers which instances' stored counts hold a charge of its own
+(``_charges``: an attempt it counted, a count a commit or a start made in advance), and
+when it meets one of them in a partition it no longer owns (``UnitLostError``:
+``lost_to_takeover``) it gives that charge back (``release_attempt``, which any host may
+write), retrying until the store answers (for ``REFUND_SECONDS`` at most). A host that
+died gives nothing back, so work that kills its hosts is still counted at every takeover;
+a host whose link flaps gives back every attempt it lost, so flaps never quarantine work.
+(When the new owner committed first, the give-back lowers its advance count instead:
+at most one attempt is not counted, as after a graceful stop.)
+
 Versions (``core/versioning.py``): before an attempt is counted, the engine checks the
 instance's version against this host's policy (``_version_verdict``). A version it must not
 run is, with ``Reject``, *parked*: nothing is read further, consumed, counted or written,
@@ -45,6 +58,7 @@ from durable_host.store.base import Store
 
 log = logging.getLogger("durable_host.engine")
 MAX_COUNTED_AHEAD = 100_000  # instances whose next attempt a commit counted (memory bound)
+REFUND_SECONDS = 600.0  # how long a host keeps trying to give back an attempt it lost
 
 
 class Attempts(ReadySet):
@@ -65,11 +79,64 @@ class Attempts(ReadySet):
         self._starts: dict[str, tuple[str, int, dict[str, Any]]] = {}
         # Instances whose last attempt a store error ended: its count, for the next attempt.
         self._uncounted: dict[str, int] = {}
+        # Instances whose stored attempt count holds a charge of this host (module doc).
+        self._charges: set[str] = set()
+        # Charges lost to a takeover, to give back: instance -> until when to try.
+        self._refunds: dict[str, float] = {}
+        self._refunder: asyncio.Task[None] | None = None
+
+    def _charged(self, instance_id: str, charged: bool) -> None:
+        if not charged:
+            self._charges.discard(instance_id)
+            return
+        if len(self._charges) >= MAX_COUNTED_AHEAD:
+            self._charges.clear()  # forgetting one costs one attempt it would give back
+        self._charges.add(instance_id)
+
+    def lost_to_takeover(self, instance_id: str) -> None:
+        """The instance's partition is another host's now: give back the attempt this host
+        left counted there, if any (module docstring)."""
+        self._uncounted.pop(instance_id, None)
+        self._counted.pop(instance_id, None)
+        self._starts.pop(instance_id, None)
+        if instance_id not in self._charges:
+            return
+        self._charges.discard(instance_id)
+        if len(self._refunds) < MAX_COUNTED_AHEAD:
+            self._refunds[instance_id] = time.monotonic() + REFUND_SECONDS
+        if self._refunder is None or self._refunder.done():
+            self._refunder = asyncio.create_task(self._give_back())
+
+    async def _give_back(self) -> None:
+        """Give back the charges lost to takeovers; a store that does not answer is tried
+        again with back-off (1 s doubling to 30 s), each charge for ``REFUND_SECONDS``."""
+        delay = 1.0
+        while self._refunds:
+            for instance_id, until in list(self._refunds.items()):
+                if time.monotonic() > until:
+                    del self._refunds[instance_id]
+                    log.warning("an attempt lost to a takeover stays counted: %s", instance_id)
+                    continue
+                try:
+                    await self.store.release_attempt(instance_id)
+                except Exception as exc:  # noqa: BLE001 - the store is still out of reach
+                    log.debug("giving back an attempt failed: %s", exc)
+                    break
+                del self._refunds[instance_id]
+                delay = 1.0
+                log.info("attempt given back: it was lost to a takeover, not the instance's fault")
+            else:
+                continue
+            await asyncio.sleep(delay)
+            delay = min(30.0, delay * 2)
 
     async def _release_counted(self, deadline: float) -> None:
         """Give back the attempts commits counted in advance for episodes that never began:
         a graceful stop is no crash, so it must not bring an instance nearer to poison."""
         counted, self._counted = list(self._counted), {}
+        self._charges.difference_update(counted)
+        if self._refunder is not None:
+            self._refunder.cancel()  # what is left stays counted: one attempt each at most
         if not counted:
             return
         releases = [self.store.release_attempt(instance_id) for instance_id in counted]
@@ -170,6 +237,7 @@ class Attempts(ReadySet):
                 attempts = 1
             else:
                 attempts = await self.store.begin_attempt(instance_id)
+        self._charged(instance_id, True)  # the stored count holds this attempt
         if attempts <= self.poison_attempts:
             if attempts > 1:
                 log.warning("attempt %d: the previous attempt did not finish", attempts)
@@ -194,6 +262,9 @@ class Attempts(ReadySet):
         )
 
     def _note_counted(self, instance_id: str, counted: bool, now: str) -> None:
+        """After a commit (or a start) of the instance: its count was reset, to this host's
+        advance count when ``counted``."""
+        self._charged(instance_id, counted)
         self._counted.pop(instance_id, None)
         if counted:
             if len(self._counted) >= MAX_COUNTED_AHEAD:

@@ -445,6 +445,7 @@ class Episodes(Attempts):
         )
         faults.hit("entity.before_commit")
         await self.store.commit_entity(commit)
+        self._charged(instance_id, False)  # the commit reset the count
         faults.hit("entity.after_commit")
         telemetry.entity_batch_done(instance_id, messages, started, poison)
         if poison is not None:

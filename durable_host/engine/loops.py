@@ -212,6 +212,7 @@ class Engine(Episodes):
         """Another host owns the instance's partition (a store several hosts share):
         nothing was written; its owner runs it. Results this host holds are stored for it."""
         log.info("instance left to the owner of its partition: %s", why)
+        self.lost_to_takeover(instance_id)
         self._failures.pop(instance_id, None)
         self._forget(instance_id)
         self._complete_apart(self._results.pop(instance_id, []))
@@ -281,11 +282,12 @@ class Engine(Episodes):
             try:
                 wait = await self._fire_due_timers()
                 failures = 0
-            except Exception:
-                # A store outage must not end the loop: timers would never fire again.
+            except Exception as exc:  # noqa: BLE001 - logged in a line, retried
+                # A store outage must not end the loop: timers would never fire again. One
+                # line per failure (no traceback): an outage of minutes is not a page of them.
                 failures += 1
                 wait = min(MAX_IDLE_WAIT, 0.5 * 2**failures)
-                log.warning("timer scan failed; retrying in %.1fs", wait, exc_info=True)
+                log.warning("timer scan failed; retrying in %.1fs: %s", wait, logs.one_line(exc))
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=wait)
             except TimeoutError:

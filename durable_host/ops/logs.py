@@ -5,7 +5,8 @@ episode, an entity batch, an activity). asyncio tasks and ``asyncio.to_thread`` 
 context, and so do the threads that run sync activities, so records logged by the app's
 own code inside an orchestrator, entity or activity carry the instance id too.
 ``configure`` installs one stderr handler with a text format
-(``time level logger [instance] message``) or one JSON object per line.
+(``time level logger [instance] message``) or one JSON object per line. ``one_line``
+renders an expected failure (a store outage) as one line, without its traceback.
 
 Replay: orchestrator code runs again from the start on every episode. The SDK's
 ``context.is_replaying`` is true while it re-runs the past, so app code that logs only
@@ -54,3 +55,9 @@ def configure(level: str = "INFO", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+def one_line(exc: BaseException) -> str:
+    """An error as one log line: its type and the first line of its message."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__

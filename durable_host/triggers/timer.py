@@ -42,7 +42,8 @@ from azure.functions.timer import TimerRequest
 from durable_host.core import history as h
 from durable_host.functions import invocation
 from durable_host.functions.loader import AppIndex, AppLoadError, FunctionInfo
-from durable_host.store.base import Store
+from durable_host.ops import logs
+from durable_host.store.base import Store, StoreError
 from durable_host.triggers import ncrontab
 
 log = logging.getLogger("durable_host.timers")
@@ -227,11 +228,17 @@ class TimerTriggers:
                 first, failures = False, 0
             except asyncio.CancelledError:
                 raise
-            except Exception:  # a store outage must not end the schedule
+            except Exception as exc:  # a store outage must not end the schedule
                 failures += 1
                 delay = min(MAX_RETRY_DELAY, 0.5 * 2**failures)
+                # A store error is one line (an outage repeats it); anything else is a
+                # defect and keeps its traceback.
                 log.warning(
-                    "timer %s: store failed; retrying in %.1fs", spec.name, delay, exc_info=True
+                    "timer %s: store failed; retrying in %.1fs: %s",
+                    spec.name,
+                    delay,
+                    logs.one_line(exc),
+                    exc_info=not isinstance(exc, StoreError),
                 )
                 await self._sleep(delay)
 

@@ -129,7 +129,7 @@ def test_a_silent_host_is_evicted_before_its_lease_lapses_and_fenced(
             work_id = await insert_activity(a)
             assert await a.mark_activity_dequeued(work_id) == 1
             assert a.membership is not None
-            for task in (a.membership._task, a.membership._beats):
+            for task in (a.membership._task, a.membership._beats, a.membership._watch):
                 assert task is not None
                 task.cancel()  # hung: from now on its heartbeat does not change
             assert b.partitions is not None

@@ -196,7 +196,7 @@ def test_a_silent_host_is_evicted_before_its_lease_lapses_and_is_fenced(
             await a.send(instance, START, "t")
             messages = await a.fetch_messages(instance, "t")
             first_epoch = a.partitions.epochs()[1]
-            for task in (a.membership._task, a.membership._beats):
+            for task in (a.membership._task, a.membership._beats, a.membership._watch):
                 assert task is not None
                 task.cancel()  # hung: from now on its heartbeat does not change
             deadline = time.monotonic() + 30

@@ -60,9 +60,12 @@ class EpisodeAttempts:
         self._read_by_fetch.pop(partition, None)
         row = await self._tables.read_row(partition, ATTEMPTS_ROW)
         if row is not None and int(row.get("Count", 0)) > 0:
-            await self._change(instance_id, row, -1)
+            # Not fenced: a host that lost the partition gives back the attempt the
+            # takeover cost (``attempts.py``, "lost to a takeover"); the write is a
+            # compare-and-swap on the row, so it never overwrites a newer count.
+            await self._change(instance_id, row, -1, fenced=False)
 
-    async def _change(self, instance_id: str, row: Any, step: int) -> int:
+    async def _change(self, instance_id: str, row: Any, step: int, *, fenced: bool = True) -> int:
         partition = partition_key(instance_id)
         for _ in range(10):
             nonce = uuid.uuid4().hex
@@ -70,7 +73,7 @@ class EpisodeAttempts:
                 "count an attempt",
                 functools.partial(self._count_once, partition, row, nonce, step),
                 write=True,
-                fence=partition,
+                fence=partition if fenced else None,
             )
             if count is not None:
                 return count

@@ -38,6 +38,18 @@ T = TypeVar("T")
 Conn = AsyncConnection[tuple[Any, ...]]
 log = logging.getLogger("durable_host.store.postgres")
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 2.0
+# The server's side of a silent client (seconds; tcp_user_timeout in ms): probes after 10 s
+# idle, every 5 s, 3 unanswered end it; unacknowledged data ends it after 20 s.
+SERVER_KEEPALIVES = (
+    ("tcp_keepalives_idle", 10),
+    ("tcp_keepalives_interval", 5),
+    ("tcp_keepalives_count", 3),
+    ("tcp_user_timeout", 20_000),
+)
+# Membership statements (heartbeats, renewals, acquire, evict, release) wait at most this
+# long for a row lock: a lock is held only by a transaction in flight or by the session of a
+# cut host, and a balancing round must not wait for the latter (the next round tries again).
+MEMBERSHIP_LOCK_TIMEOUT = "1s"
 
 
 class Fencer(Protocol):
@@ -52,6 +64,10 @@ class Fencer(Protocol):
 
 class StoreFailedError(StoreError):
     """The database failed or could not be reached; the operation may be retried."""
+
+
+class LockBusyError(StoreFailedError):
+    """A membership statement met a row lock held longer than its ``lock_timeout``."""
 
 
 class WorkGone(Exception):
@@ -82,11 +98,18 @@ class Database:
     async def _configure(self, conn: Conn) -> None:
         schema = sql.Identifier(self.settings.schema)
         await conn.execute(sql.SQL("SET search_path TO {}").format(schema))
-        await conn.execute(
-            sql.SQL("SET statement_timeout = {}").format(
-                sql.Literal(self.settings.statement_timeout_ms)
+        # What the server does with a session whose host is cut off: a transaction left
+        # open ends after idle_in_transaction_session_timeout (its row locks - a partition's
+        # fence, a heartbeat - go with it, so a takeover never waits for the cut to heal),
+        # and the server's keepalives close a dead session within about half a minute.
+        for name, value in (
+            ("statement_timeout", self.settings.statement_timeout_ms),
+            ("idle_in_transaction_session_timeout", self.settings.idle_transaction_ms),
+            *SERVER_KEEPALIVES,
+        ):
+            await conn.execute(
+                sql.SQL("SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
             )
-        )
 
     async def open_pool(self) -> None:
         self.pool = AsyncConnectionPool(
@@ -130,6 +153,12 @@ class Database:
         """``body`` on a pooled connection outside any transaction (reads of one statement)."""
         return await self._retrying("a read", lambda conn: body(conn), transaction=False)
 
+    async def statement(self, operation: str, body: Callable[[Conn], Awaitable[T]]) -> T:
+        """``body``, one idempotent write statement, on a pooled connection outside any
+        transaction: one round trip instead of a transaction's four or five, for the
+        heartbeat, which must get through a slow link within the silence."""
+        return await self._retrying(operation, body, transaction=False)
+
     async def write(
         self,
         operation: str,
@@ -165,10 +194,18 @@ class Database:
                     return await body(conn)
             except _Retry as retry:
                 error: BaseException = retry.error
-            except (psycopg.OperationalError, PoolTimeout) as exc:
-                error = exc
+            # Both are OperationalErrors: caught before the clause that retries those.
+            except psycopg.errors.LockNotAvailable as exc:  # lock_timeout: the caller decides
+                raise LockBusyError(
+                    redact(
+                        f"{operation}: a row is locked by another session ({exc})".strip(),
+                        self.settings.conninfo,
+                    )
+                ) from None
             except psycopg.errors.QueryCanceled as exc:  # statement_timeout: not retried here
                 raise self.failed(f"{operation} timed out", exc) from None
+            except (psycopg.OperationalError, PoolTimeout) as exc:
+                error = exc
             except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as exc:
                 error = exc
             except psycopg.DatabaseError as exc:  # e.g. a full disk: the store's, not the work's

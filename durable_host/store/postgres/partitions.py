@@ -32,7 +32,12 @@ from collections.abc import Callable
 from durable_host.cluster.ownership import Member, partition_of
 from durable_host.store.azure.lease import is_dead_process_here
 from durable_host.store.base import StoreError, UnitLostError
-from durable_host.store.postgres.database import Conn, Database
+from durable_host.store.postgres.database import (
+    MEMBERSHIP_LOCK_TIMEOUT,
+    Conn,
+    Database,
+    LockBusyError,
+)
 
 log = logging.getLogger("durable_host.store.postgres")
 
@@ -106,27 +111,42 @@ class HubPartitions:
     def epochs(self) -> dict[int, int]:
         return dict(self._held)
 
+    async def _bounded(self, conn: Conn) -> None:
+        """A membership transaction waits at most ``MEMBERSHIP_LOCK_TIMEOUT`` for a row lock
+        (``LockBusyError`` then): never for the session of a cut host."""
+        await self.db.execute(conn, f"SET LOCAL lock_timeout = '{MEMBERSHIP_LOCK_TIMEOUT}'")
+
     async def beat(self, me: Member, ttl: float) -> None:
+        """One statement, no transaction (``Database.statement``): a heartbeat must reach
+        the store within the silence over a slow link too (measured: as a transaction of
+        five round trips it did not, at 100-300 ms a chunk). It locks only this host's own
+        row, and heartbeats of hosts gone for an hour (nobody reads them any more)."""
+
         async def body(conn: Conn) -> None:
             await self.db.execute(
                 conn,
-                "INSERT INTO hosts (id, version, draining, extra, expires_at)"
-                " VALUES (%s, %s, %s, %s, clock_timestamp() + make_interval(secs => %s))"
+                "WITH gone AS (DELETE FROM hosts WHERE id <> %(id)s"
+                " AND expires_at < clock_timestamp() - interval '1 hour')"
+                " INSERT INTO hosts (id, version, draining, extra, expires_at)"
+                " VALUES (%(id)s, %(version)s, %(draining)s, %(extra)s,"
+                " clock_timestamp() + make_interval(secs => %(ttl)s))"
                 " ON CONFLICT (id) DO UPDATE SET version = excluded.version,"
                 " draining = excluded.draining, extra = excluded.extra,"
                 " expires_at = excluded.expires_at",
-                (me.id, me.version, me.draining, json.dumps(dict(me.extra)), ttl),
-            )
-            # Heartbeats of hosts gone for an hour: nobody reads them any more.
-            await self.db.execute(
-                conn,
-                "DELETE FROM hosts WHERE expires_at < clock_timestamp() - interval '1 hour'",
+                {
+                    "id": me.id,
+                    "version": me.version,
+                    "draining": me.draining,
+                    "extra": json.dumps(dict(me.extra)),
+                    "ttl": ttl,
+                },
             )
 
-        await self.db.write("heartbeat", body, fault=False)
+        await self.db.statement("heartbeat", body)
 
     async def forget(self, me: Member) -> None:
         async def body(conn: Conn) -> None:
+            await self._bounded(conn)
             await self.db.execute(conn, "DELETE FROM hosts WHERE id = %s", (me.id,))
 
         await self.db.write("forget heartbeat", body, fault=False)
@@ -159,6 +179,7 @@ class HubPartitions:
         lapse at once (a restarted host runs its own work again without waiting)."""
 
         async def body(conn: Conn) -> None:
+            await self._bounded(conn)
             await self.db.execute(conn, "DELETE FROM hosts WHERE id = ANY(%s)", (dead,))
 
         await self.db.write("remove dead heartbeats", body, fault=False)
@@ -188,7 +209,10 @@ class HubPartitions:
 
         async def body(conn: Conn) -> int | None:
             # FOR UPDATE, not the UPDATE's own lock: it conflicts with the fence's
-            # FOR KEY SHARE, so the old owner's commits in flight finish first.
+            # FOR KEY SHARE, so the old owner's commits in flight finish first - for at
+            # most the lock timeout: a cut owner's open transaction is ended by the server
+            # (idle_in_transaction_session_timeout) and a later round takes the partition.
+            await self._bounded(conn)
             cur = await self.db.execute(
                 conn,
                 "SELECT owner, expires_at < clock_timestamp() FROM partitions"
@@ -218,7 +242,11 @@ class HubPartitions:
             assert taken is not None
             return int(taken[0])
 
-        epoch = await self.db.write("acquire partition", body, fault=False)
+        try:
+            epoch = await self.db.write("acquire partition", body, fault=False)
+        except LockBusyError:
+            log.info("partition %d: its row is locked by a transaction in flight; next round", unit)
+            return False
         if epoch is None:
             return False
         self._held[unit] = epoch
@@ -235,6 +263,7 @@ class HubPartitions:
             return False
 
         async def body(conn: Conn) -> bool:
+            await self._bounded(conn)
             cur = await self.db.execute(
                 conn,
                 "UPDATE partitions SET owner = NULL, expires_at = '-infinity'"
@@ -249,7 +278,11 @@ class HubPartitions:
             )
             return freed is not None
 
-        return bool(await self.db.write("evict partition", body, fault=False))
+        try:
+            return bool(await self.db.write("evict partition", body, fault=False))
+        except LockBusyError:
+            log.info("partition %d: %s's rows are locked by its session; next round", unit, holder)
+            return False
 
     def wanted(self) -> dict[int, str]:
         """Partitions handed over for a version: none here (versions side by side are the
@@ -271,6 +304,7 @@ class HubPartitions:
         held = dict(self._held)
 
         async def body(conn: Conn) -> dict[int, int]:
+            await self._bounded(conn)
             cur = await self.db.execute(
                 conn,
                 "UPDATE partitions SET expires_at = clock_timestamp() + make_interval(secs => %s)"
@@ -291,6 +325,7 @@ class HubPartitions:
         self._changed()
 
         async def body(conn: Conn) -> None:
+            await self._bounded(conn)
             await self.db.execute(
                 conn,
                 "UPDATE partitions SET owner = NULL, expires_at = '-infinity'"

@@ -17,6 +17,11 @@ Other settings (environment): ``DURABLE_HOST_POSTGRES_POOL`` (connections, defau
 that long makes its host dead: ``membership``; 1-60, default a third of the lease, 3 s at least),
 ``DURABLE_HOST_POSTGRES_RETRY_SECONDS`` (how long an
 operation retries a lost connection before it fails as a store error, default 10).
+
+A network cut: the connection gets libpq's TCP keepalives (5 s idle, 3 probes 2 s apart)
+and ``tcp_user_timeout`` (10 s) unless the conninfo sets them, so a call waiting over a dead
+link fails within seconds; ``idle_transaction_ms`` (the silence) is what the server allows a
+session idle inside a transaction (``database``).
 """
 
 from __future__ import annotations
@@ -48,6 +53,14 @@ class PostgresSettings:
     lease_seconds: int = 15
     retry_seconds: float = 10.0
     silence_seconds: float = 5.0
+
+    @property
+    def idle_transaction_ms(self) -> int:
+        """The server ends a session idle inside a transaction this long: the silence, 2 s
+        at least. No transaction of the store waits on anything but the database between
+        its statements, so only a cut (or a stalled) host's session is ever ended so, and
+        its locks are free by the time its silence is noticed."""
+        return int(max(2.0, self.silence_seconds) * 1000)
 
     @property
     def schema(self) -> str:
@@ -82,8 +95,20 @@ def from_spec(spec: str, hub: str, env: dict[str, str] | None = None) -> Postgre
         raise PostgresSettingsError(
             f"{SETTING} is not a valid libpq connection string: {redact(str(exc), conninfo)}"
         ) from None
-    if "connect_timeout" not in params:
-        conninfo = pg_conninfo.make_conninfo(conninfo, connect_timeout=10)
+    # The client's side of a cut: without keepalives a connection waiting for an answer
+    # that never comes waits for the kernel's retransmissions (15 minutes) or, idle, for
+    # its keepalive (2 hours). A setting the conninfo gives wins.
+    defaults = {
+        "connect_timeout": 10,
+        "keepalives": 1,
+        "keepalives_idle": 5,
+        "keepalives_interval": 2,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 10_000,
+    }
+    missing = {k: v for k, v in defaults.items() if k not in params}
+    if missing:
+        conninfo = pg_conninfo.make_conninfo(conninfo, **missing)
     if not re.fullmatch(HUB_PATTERN, hub):
         raise PostgresSettingsError(
             f"hub name {hub!r} must be 3-50 letters or digits, starting with a letter"

@@ -18,6 +18,7 @@ class Hub:
         self.count = 0  # heartbeats written, the beat token
         self.frozen = ""  # a member whose heartbeat stopped changing
         self.evicted: list[tuple[int, str]] = []
+        self.cut: set[str] = set()  # members whose heartbeat writes fail (cut off)
 
 
 class FakeBackend:
@@ -31,6 +32,8 @@ class FakeBackend:
         return {u for u, h in self.hub.holder.items() if h == self.me}
 
     async def beat(self, me: Member, ttl: float) -> None:
+        if me.id in self.hub.cut:
+            raise ConnectionError("the store is out of reach")
         if self.hub.frozen != me.id:  # a frozen member's heartbeat no longer changes
             self.hub.count += 1
             self.hub.beats[me.id] = Member(
@@ -73,6 +76,10 @@ class FakeBackend:
 
     def held_for(self) -> dict[int, float]:
         return {u: self.clock[0] - self.taken_at.get(u, 0.0) for u in self.held()}
+
+    def lose(self, unit: int, why: str) -> None:
+        if self.hub.holder[unit] == self.me:
+            self.hub.holder[unit] = None
 
     async def hand_over(self, unit: int, version: str) -> None:
         if self.hub.holder[unit] == self.me:
@@ -146,6 +153,29 @@ def test_a_members_units_are_evicted_when_its_heartbeat_stops_changing() -> None
         assert not b.is_dead("a")
         for host in (a, b):
             await host.leave()
+
+    asyncio.run(body())
+
+
+def test_a_member_cut_off_from_the_store_gives_up_its_units_after_the_silence() -> None:
+    """Its heartbeat fails (the store is out of reach): after the silence it no longer
+    holds (nor reports) anything, without waiting for the others; reachable again, it takes
+    its share at its next round."""
+
+    async def body() -> None:
+        hub = Hub()
+        a = Membership(FakeBackend(hub, "a"), Member("a"), 60, silence=0.3)
+        await a.join()
+        assert a.backend.held() == {0, 1, 2, 3}
+        hub.cut.add("a")
+        deadline = asyncio.get_running_loop().time() + 5
+        while a.backend.held():
+            assert asyncio.get_running_loop().time() < deadline, hub.holder
+            await asyncio.sleep(0.05)
+        hub.cut.clear()
+        await a.round()
+        assert a.backend.held() == {0, 1, 2, 3}
+        await a.leave()
 
     asyncio.run(body())
 
