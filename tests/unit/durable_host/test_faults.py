@@ -65,7 +65,7 @@ def test_the_lost_response_plan_is_read_from_its_own_variable(
 
 def test_the_process_plan_kills_the_process_at_the_nth_pass() -> None:
     script = (
-        "from durable_host import faults\n"
+        "from durable_host.ops import faults\n"
         "for _ in range(3):\n"
         "    faults.hit('x')\n"
         "    print('passed', flush=True)\n"

@@ -22,7 +22,7 @@ def _validate_in_a_fresh_process(*modules: str) -> list[object]:
         [
             "import json, sys",
             *(f"import {m}" for m in modules),
-            "from kernel import tools",
+            "from kernel.turn import tools",
             f"skill = json.loads({json.dumps(json.dumps(SKILL))})",
             "ok, out = tools.validate_call('register_skill', {'skill': skill})",
             "print(json.dumps([ok, out]))",
