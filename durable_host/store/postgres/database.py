@@ -24,6 +24,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from typing import Any, Protocol, TypeVar
 
 import psycopg
@@ -193,25 +194,32 @@ class Database:
         xid: int | None = None
         # Before any connection is taken: a partition not held here writes nothing.
         unit_epoch = self._unit_epoch(fence) if fence is not None else None
-        async with self.pool.connection() as conn:
-            committing = False
-            try:
-                # Not in pipeline mode: under terminated sessions it let a step apply twice
-                # (docs/postgres.md, "Not done yet"); one answer per statement until that is
-                # understood.
-                async with conn.transaction():
+        committing = False
+        # The error is caught outside the pool's block, not inside it: a block that ends
+        # cleanly makes psycopg COMMIT the connection, and on a session the server
+        # terminated just after answering the transaction's COMMIT in pipeline mode that
+        # COMMIT fails with an error of its own, which would escape the settling below and
+        # run an applied transaction again (docs/postgres.md, "Pipeline mode"). Raised
+        # through the block, the error makes psycopg roll back (a no-op) and the pool
+        # drop the connection.
+        try:
+            async with self.pool.connection() as conn:
+                pipelined = conn.pipeline() if self.settings.pipeline else nullcontext()
+                async with pipelined, conn.transaction():
+                    # Sent first (the partition's row is locked before anything is
+                    # written), read once the body's statements are on their way.
                     first = await self._fence(conn, unit_epoch)
-                    xid = await self._fenced(first, unit_epoch)
                     result = await body(conn)
+                    xid = await self._fenced(first, unit_epoch)
                     if fault:
                         faults.hit("store.before_commit")
                     committing = True
                     self.round_trips += 1
-                return result
-            except psycopg.OperationalError as exc:
-                if not committing or xid is None:
-                    raise
-                error = exc
+            return result
+        except psycopg.Error as exc:
+            if not committing or xid is None:
+                raise
+            error: psycopg.Error = exc
         # The COMMIT was sent and its answer lost: ask what became of the transaction.
         if await self._committed(xid):
             log.warning("%s reported %r after it had applied; it stands", operation, error)
@@ -263,15 +271,24 @@ class Database:
                         conn, "SELECT pg_xact_status(%s::text::xid8)", (str(xid),)
                     )
                     row = await cur.fetchone()
-                status = row[0] if row else None
-                if status == "in progress":  # the server has not finished it yet
-                    raise psycopg.OperationalError("transaction still in progress")
-                return status == "committed"
+            except psycopg.errors.InvalidParameterValue:
+                # "transaction ID ... is in the future": the server crashed and recovered
+                # before the id was ever written to its log, so no commit of it can be there.
+                return False
             except (psycopg.OperationalError, PoolTimeout) as exc:
                 if time.monotonic() + delay > deadline:
                     raise self.failed("could not learn whether a commit applied", exc) from None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
+                continue
+            status = row[0] if row else None
+            if status != "in progress":
+                return status == "committed"
+            # The server has not finished it yet: ask again.
+            if time.monotonic() + delay > deadline:
+                raise self.failed("could not learn whether a commit applied", TimeoutError(status))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX)
 
 
 class _Retry(Exception):

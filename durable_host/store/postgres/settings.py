@@ -16,7 +16,9 @@ Other settings (environment): ``DURABLE_HOST_POSTGRES_POOL`` (connections, defau
 (the hub lease, 5-60, default 15), ``DURABLE_HOST_SILENCE_SECONDS`` (a heartbeat unchanged
 that long makes its host dead: ``membership``; 1-60, default a third of the lease, 3 s at least),
 ``DURABLE_HOST_POSTGRES_RETRY_SECONDS`` (how long an
-operation retries a lost connection before it fails as a store error, default 10).
+operation retries a lost connection before it fails as a store error, default 10),
+``DURABLE_HOST_POSTGRES_PIPELINE`` (1: a transaction's statements in psycopg's pipeline
+mode; 0, the default: each waits for its answer).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class PostgresSettings:
     lease_seconds: int = 15
     retry_seconds: float = 10.0
     silence_seconds: float = 5.0
+    pipeline: bool = False
 
     @property
     def schema(self) -> str:
@@ -102,6 +105,7 @@ def from_spec(spec: str, hub: str, env: dict[str, str] | None = None) -> Postgre
         lease_seconds=lease,
         retry_seconds=float(_int(env, "DURABLE_HOST_POSTGRES_RETRY_SECONDS", 10, 0, 3600)),
         silence_seconds=silence,
+        pipeline=bool(_int(env, "DURABLE_HOST_POSTGRES_PIPELINE", 0, 0, 1)),
     )
 
 
