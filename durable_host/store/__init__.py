@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from durable_host.store.postgres import PostgresStore
+    from durable_host.versioning import VersionPolicy
 
 
 def postgres_store(
@@ -22,10 +23,12 @@ def postgres_store(
     *,
     partition_count: int | None = None,
     version: str = "",
+    policy: VersionPolicy | None = None,
 ) -> PostgresStore:
     """``postgres`` (the connection from ``DURABLE_HOST_POSTGRES``) or ``postgres:<conninfo>``;
     the hub from host.json unless ``DURABLE_HOST_HUB`` overrides it; ``partition_count``
-    from host.json as on Azure (default ``ownership.DEFAULT_PARTITIONS``). Raises
+    from host.json as on Azure (default ``ownership.DEFAULT_PARTITIONS``); ``version`` and
+    ``policy`` (host.json's ``defaultVersion`` and version policy) as on Azure too. Raises
     ``PostgresSettingsError`` (a ``ValueError``) for a missing or malformed setting."""
     from durable_host.store.postgres import PostgresStore, from_spec
 
@@ -38,4 +41,5 @@ def postgres_store(
         read_only=read_only,
         partition_count=partition_count or DEFAULT_PARTITIONS,
         version=version,
+        policy=policy,
     )
