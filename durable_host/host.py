@@ -100,17 +100,22 @@ def open_store(
 def _azure_store(
     cfg: config_mod.HostConfig, on_lost: Callable[[str], None], read_only: bool = False
 ) -> Store:
-    """Azure Storage from ``AzureWebJobsStorage`` (as Functions reads it); the hub name from
+    """Azure Storage from the connection host.json names (``AzureWebJobsStorage`` by default,
+    as the extension reads it); the hub name from
     host.json unless ``DURABLE_HOST_HUB`` overrides it (tests use one hub per test)."""
     from durable_host.store.azure import AzureStore  # the SQLite store needs no Azure SDK
     from functions_connections import ConnectionSettingError, read_connection
 
+    name = cfg.storage_connection  # host.json storageProvider.connectionName, as the extension
     try:
-        setting = read_connection("AzureWebJobsStorage", os.environ)
+        setting = read_connection(name, os.environ)
     except ConnectionSettingError as exc:
+        named = (
+            "" if name == config_mod.STORAGE_CONNECTION else ", named by host.json's connectionName"
+        )
         raise StoreSpecError(
-            f"--store azure needs the AzureWebJobsStorage setting (in the environment or"
-            f" local.settings.json): {exc}"
+            f"--store azure needs the {name} setting (in the environment or"
+            f" local.settings.json{named}): {exc}"
         ) from exc
     connection = setting.connection_string or setting
     hub = os.environ.get("DURABLE_HOST_HUB") or cfg.hub_name
