@@ -1,4 +1,6 @@
-"""A session terminated just after its COMMIT was answered: the write applied once.
+"""A COMMIT whose answer was lost is settled right: a session terminated just after its
+COMMIT was answered applies the write once, and a server that restarted since the
+transaction began is not asked.
 
 The regression test of pipeline mode's double completion (docs/postgres.md, "Pipeline
 mode"): with the transactions in psycopg's pipeline mode, a session the server terminates
@@ -13,11 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
+from durable_host.store.base import StoreError
 from durable_host.store.postgres import PostgresStore, from_spec
+from durable_host.store.postgres.database import XACT
 from tests.postgres.session_cut import SessionCutter
 
 NOW = "2026-01-01T00:00:00Z"
@@ -48,5 +53,39 @@ def test_a_session_terminated_after_its_commit_applies_the_write_once(
         finally:
             await store.close()
             await cutter.close()
+
+    asyncio.run(main())
+
+
+def test_a_commit_is_not_settled_by_a_server_that_restarted_since(
+    postgres_url: str, postgres_server
+) -> None:
+    """After a crash the server hands out again the transaction ids that never reached its
+    log: ``pg_xact_status`` of such an id may describe another transaction. A commit whose
+    answer was lost across a restart is therefore reported as unknown, never as applied."""
+
+    async def main() -> None:
+        store = PostgresStore(
+            from_spec(f"postgres:{postgres_url}", "R" + uuid.uuid4().hex[:10], env={}),
+            read_only=True,
+        )
+        await store.open()
+        try:
+
+            async def probe(conn: Any) -> tuple[int, str]:
+                # A write: its commit is flushed before it is answered, so it survives the
+                # crash (a transaction that wrote nothing may lose its commit record, and
+                # its id is then "in the future": not committed, which is right too).
+                await conn.execute("INSERT INTO host_secrets VALUES ('probe', 'x')")
+                row = await (await conn.execute(f"SELECT {XACT}")).fetchone()
+                return int(row[0]), str(row[1])
+
+            xid = await store.db.write("probe", probe, fault=False)
+            assert await store.db._committed(xid) is True  # same server: settled
+            postgres_server.restart()
+            with pytest.raises(StoreError, match="the server restarted since the transaction"):
+                await store.db._committed(xid)
+        finally:
+            await store.close()
 
     asyncio.run(main())

@@ -10,7 +10,8 @@ and the partition is lost here (``partitions.HubPartitions``). A connection lost
 COMMIT was sent retries on a new connection with back-off, for at most
 ``retry_seconds``; one lost while the COMMIT was in flight asks the server what became of
 that transaction (``pg_xact_status``) and retries only if it did not commit, so a write
-applies once. What still fails is a ``StoreFailedError`` (a ``StoreError``: the engine
+applies once - unless the server restarted meanwhile, when the answer is unknown
+(``_committed``). What still fails is a ``StoreFailedError`` (a ``StoreError``: the engine
 retries the work later and never counts it towards poison). Every message that leaves
 passes through ``settings.redact``: the password is never in it.
 
@@ -39,6 +40,8 @@ T = TypeVar("T")
 Conn = AsyncConnection[tuple[Any, ...]]
 log = logging.getLogger("durable_host.store.postgres")
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 2.0
+# What a transaction reads first: its id, and the start time of the server that gave it.
+XACT = "pg_current_xact_id()::text::bigint, pg_postmaster_start_time()::text"
 
 
 class Fencer(Protocol):
@@ -191,7 +194,7 @@ class Database:
         self, operation: str, body: Callable[[Conn], Awaitable[T]], fence: str | None, fault: bool
     ) -> T:
         assert self.pool is not None
-        xid: int | None = None
+        xid: tuple[int, str] | None = None  # the transaction's id, and its server's start time
         # Before any connection is taken: a partition not held here writes nothing.
         unit_epoch = self._unit_epoch(fence) if fence is not None else None
         committing = False
@@ -237,18 +240,18 @@ class Database:
         """The transaction id and, for an owner write, the lock on its partition's row with
         this host's epoch, sent first (before anything is written)."""
         if unit_epoch is None:
-            return await self.execute(conn, "SELECT pg_current_xact_id()::text::bigint")
+            return await self.execute(conn, f"SELECT {XACT}")
         return await self.execute(
             conn,
-            "SELECT pg_current_xact_id()::text::bigint FROM partitions"
-            " WHERE unit = %s AND epoch = %s FOR KEY SHARE",
+            f"SELECT {XACT} FROM partitions WHERE unit = %s AND epoch = %s FOR KEY SHARE",
             unit_epoch,
         )
 
     async def _fenced(
         self, fence: psycopg.AsyncCursor[Any], unit_epoch: tuple[int, int] | None
-    ) -> int:
-        """The transaction id, or ``UnitLostError`` when another host took the partition."""
+    ) -> tuple[int, str]:
+        """The transaction id and the server's start time, or ``UnitLostError`` when
+        another host took the partition."""
         row = await fence.fetchone()
         if row is None:
             assert unit_epoch is not None
@@ -257,10 +260,19 @@ class Database:
             if self.fencer is not None:
                 self.fencer.lose(unit, why)
             raise UnitLostError(f"partition {unit}: {why}")
-        return int(row[0])
+        return int(row[0]), str(row[1])
 
-    async def _committed(self, xid: int) -> bool:
-        """Did transaction ``xid`` commit? Asked on a new connection, with retries."""
+    async def _committed(self, xid: tuple[int, str]) -> bool:
+        """Did transaction ``xid`` (its id, its server's start time) commit? Asked on a new
+        connection, with retries.
+
+        Only while the server that gave the id still runs: a server that crashed and
+        recovered (or a new primary) hands out again the ids that never reached its log,
+        so ``pg_xact_status`` may answer for another transaction that took the same id
+        (seen: "committed" for an episode that had not applied, which then applied twice).
+        Then the answer is unknown: a ``StoreFailedError``, and the engine, which reads the
+        instance again before it retries, finds out from the data itself."""
+        number, started = xid
         assert self.pool is not None
         deadline = time.monotonic() + max(self.settings.retry_seconds, 1.0)
         delay = BACKOFF_FIRST
@@ -268,7 +280,9 @@ class Database:
             try:
                 async with self.pool.connection() as conn:
                     cur = await self.execute(
-                        conn, "SELECT pg_xact_status(%s::text::xid8)", (str(xid),)
+                        conn,
+                        "SELECT pg_xact_status(%s::text::xid8), pg_postmaster_start_time()::text",
+                        (str(number),),
                     )
                     row = await cur.fetchone()
             except psycopg.errors.InvalidParameterValue:
@@ -282,6 +296,11 @@ class Database:
                 delay = min(delay * 2, BACKOFF_MAX)
                 continue
             status = row[0] if row else None
+            if row is not None and str(row[1]) != started:
+                raise self.failed(
+                    "could not learn whether a commit applied",
+                    RuntimeError("the server restarted since the transaction began"),
+                )
             if status != "in progress":
                 return status == "committed"
             # The server has not finished it yet: ask again.
