@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from durable_host.core.versioning import VersionPolicy
     from durable_host.store.postgres import PostgresStore
-    from durable_host.versioning import VersionPolicy
 
 
 def postgres_store(
@@ -33,7 +33,7 @@ def postgres_store(
     from durable_host.store.postgres import PostgresStore, from_spec
 
     hub = os.environ.get("DURABLE_HOST_HUB") or hub_name
-    from durable_host.ownership import DEFAULT_PARTITIONS
+    from durable_host.cluster.ownership import DEFAULT_PARTITIONS
 
     return PostgresStore(
         from_spec(spec, hub),

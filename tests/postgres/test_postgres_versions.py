@@ -10,9 +10,9 @@ import asyncio
 import time
 import uuid
 
-from durable_host.ownership import partition_of
+from durable_host.cluster.ownership import partition_of
+from durable_host.core.versioning import MatchStrategy, Parking, Verdict, VersionPolicy
 from durable_host.store.postgres import PostgresStore, from_spec
-from durable_host.versioning import MatchStrategy, Parking, Verdict, VersionPolicy
 
 LEASE = 5  # rounds every LEASE / 3 seconds, a dwell of two rounds
 

@@ -32,11 +32,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from durable_host import faults
-from durable_host import history as h
-from durable_host.membership import Membership
-from durable_host.ownership import DEFAULT_PARTITIONS, Member
-from durable_host.records import (
+from durable_host.cluster.membership import Membership
+from durable_host.cluster.ownership import DEFAULT_PARTITIONS, Member
+from durable_host.core import history as h
+from durable_host.core.records import (
     ActivityWork,
     Completion,
     EntityCommit,
@@ -46,6 +45,8 @@ from durable_host.records import (
     QueryPage,
     RuntimeStatus,
 )
+from durable_host.core.versioning import MatchStrategy, Parking, VersionPolicy
+from durable_host.ops import faults
 from durable_host.store import codec
 from durable_host.store.azure.lease import process_identity
 from durable_host.store.base import InstanceExistsError, StoreError
@@ -58,7 +59,6 @@ from durable_host.store.postgres.partitions import HubPartitions
 from durable_host.store.postgres.schema import SchemaTooNewError, migrate
 from durable_host.store.postgres.settings import PostgresSettings
 from durable_host.store.postgres.versions import SideBySide
-from durable_host.versioning import MatchStrategy, Parking, VersionPolicy
 
 log = logging.getLogger("durable_host.store.postgres")
 MAX_STEP_COMPLETIONS = 1000  # one statement per completion: no limit worth having below this

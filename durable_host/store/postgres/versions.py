@@ -17,9 +17,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from durable_host.ownership import partition_of
-from durable_host.records import ActivityWork
-from durable_host.versioning import Parking
+from durable_host.cluster.ownership import partition_of
+from durable_host.core.records import ActivityWork
+from durable_host.core.versioning import Parking
 
 
 class SideBySide:
