@@ -296,13 +296,21 @@ def main() -> int:
     parser.add_argument("--out", default="bench-results.json")
     parser.add_argument(
         "--store",
-        choices=("all", "postgres"),
+        choices=("all", "postgres", "postgres-pipeline"),
         default="all",
-        help="postgres: only the host on PostgreSQL against DBOS on the same server",
+        help="postgres: only the host on PostgreSQL against DBOS on the same server;"
+        " postgres-pipeline: the host on PostgreSQL with and without pipeline mode",
     )
     args = parser.parse_args()
     size = QUICK if args.quick else FULL
     reps = args.reps or (1 if args.quick else 3)
+    if args.store == "postgres-pipeline":
+        from bench import postgres_bench
+
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        tmp = Path(tempfile.mkdtemp(prefix="bench-run-"))
+        postgres_bench.run_pipeline_ab(tmp, size, reps, Path(args.out), ROOT, host_round)
+        return 0
     if args.store == "postgres":
         from bench import postgres_bench
 

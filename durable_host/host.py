@@ -110,7 +110,7 @@ class Host:
         # Before the store opens: a bad engine setting stops the start with nothing touched.
         self.engine = Engine(index, self.store, self.config)
         serve_versions = getattr(self.store, "serve_versions", None)
-        if serve_versions is not None:  # a store several hosts of any version share (Azure)
+        if serve_versions is not None:  # a store several hosts of any version share
             serve_versions(self.engine.parking, set(index.activities))
         log.info("%s", telemetry_line)  # after the checks whose failure is one line alone
         await self.store.open()

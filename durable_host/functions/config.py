@@ -10,7 +10,9 @@ Read from host.json: ``extensions.http.routePrefix`` (default ``api``),
 ``defaultVersion`` may be overridden by ``AzureFunctionsJobHost__extensions__durableTask__*``
 app settings, as the Functions host allows),
 ``storageProvider.partitionCount`` (1-16, default 4: the ownership partitions of a hub that
-several hosts share, ``cluster/ownership.py``), ``extendedSessionsEnabled`` (incremental replay, ``core/sessions.py``; default true here, unlike
+several hosts share, ``cluster/ownership.py``), ``storageProvider.connectionName`` (the app setting
+naming the Azure store's connection, default ``AzureWebJobsStorage``; the extension's older
+``connectionStringName`` is the same option), ``extendedSessionsEnabled`` (incremental replay, ``core/sessions.py``; default true here, unlike
 the extension, because this host's sessions decide what a full replay decides - see
 docs/architecture.md, "Incremental replay"; ``false`` turns them off; the app setting
 ``AzureFunctionsJobHost__extensions__durableTask__extendedSessionsEnabled`` overrides it, and
@@ -61,6 +63,7 @@ ANY_STATE: tuple[str, ...] = (
 _HUB_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]{2,49}$")
 _SETTING_REFERENCE = re.compile(r"%([^%\s]+)%")
 SCRIPT_ROOT = "AzureWebJobsScriptRoot"
+STORAGE_CONNECTION = "AzureWebJobsStorage"  # the extension's default connection name
 log = logging.getLogger("durable_host")
 
 
@@ -81,6 +84,9 @@ class HostConfig:
     # extensions.durableTask.storageProvider.partitionCount (1-16): ownership partitions of
     # a hub that several hosts share (Azure store; cluster/ownership.py)
     partition_count: int = DEFAULT_PARTITIONS
+    # extensions.durableTask.storageProvider.connectionName: the app setting (a connection
+    # string, or the prefix of identity-based settings) of the Azure store's account
+    storage_connection: str = STORAGE_CONNECTION
 
 
 def parse_timespan(text: str) -> float:
@@ -137,6 +143,7 @@ def parse_host_json(
         partitions = check_partition_count(provider.get("partitionCount", DEFAULT_PARTITIONS))
     except ValueError as exc:
         raise ConfigError(f"extensions.durableTask.storageProvider.{exc}") from exc
+    connection = _connection_name(provider)
     return HostConfig(
         app_dir=app_dir,
         route_prefix=str(http.get("routePrefix", "api")).strip("/"),
@@ -150,7 +157,25 @@ def parse_host_json(
         versioning=versioning,
         extended_sessions=_extended_sessions(durable, settings or {}),
         partition_count=partitions,
+        storage_connection=connection,
     )
+
+
+def _connection_name(provider: Mapping[str, Any]) -> str:
+    """``storageProvider.connectionName`` (or its older name ``connectionStringName``; keys
+    in any case, as the extension reads them), ``AzureWebJobsStorage`` when absent."""
+    keys = {str(k).lower(): v for k, v in provider.items()}
+    for key in ("connectionname", "connectionstringname"):
+        value = keys.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(
+                f"extensions.durableTask.storageProvider.{key} must name an app setting,"
+                f" not {value!r}"
+            )
+        return value.strip()
+    return STORAGE_CONNECTION
 
 
 def _extended_sessions(durable: Mapping[str, Any], settings: Mapping[str, str]) -> bool:

@@ -27,6 +27,7 @@ from durable_host.store.base import Store
 from durable_host.store.sqlite.store import SqliteStore
 
 if TYPE_CHECKING:
+    from durable_host.core.versioning import VersionPolicy
     from durable_host.store.postgres import PostgresStore
 
 log = logging.getLogger("durable_host")
@@ -61,6 +62,7 @@ def open_store(
                 read_only,
                 partition_count=cfg.partition_count,
                 version=cfg.default_version or "",
+                policy=cfg.versioning,
             )
         except ValueError as exc:  # the setting is missing or malformed (never quoted whole)
             raise StoreSpecError(str(exc)) from None
@@ -72,17 +74,22 @@ def open_store(
 def _azure_store(
     cfg: config_mod.HostConfig, on_lost: Callable[[str], None], read_only: bool = False
 ) -> Store:
-    """Azure Storage from ``AzureWebJobsStorage`` (as Functions reads it); the hub name from
-    host.json unless ``DURABLE_HOST_HUB`` overrides it (tests use one hub per test)."""
+    """Azure Storage from the connection host.json names (``AzureWebJobsStorage`` by default,
+    as the extension reads it); the hub name from host.json unless ``DURABLE_HOST_HUB``
+    overrides it (tests use one hub per test)."""
     from durable_host.store.azure import AzureStore  # the SQLite store needs no Azure SDK
     from functions_connections import ConnectionSettingError, read_connection
 
+    name = cfg.storage_connection  # host.json storageProvider.connectionName, as the extension
     try:
-        setting = read_connection("AzureWebJobsStorage", os.environ)
+        setting = read_connection(name, os.environ)
     except ConnectionSettingError as exc:
+        named = (
+            "" if name == config_mod.STORAGE_CONNECTION else ", named by host.json's connectionName"
+        )
         raise StoreSpecError(
-            f"--store azure needs the AzureWebJobsStorage setting (in the environment or"
-            f" local.settings.json): {exc}"
+            f"--store azure needs the {name} setting (in the environment or"
+            f" local.settings.json{named}): {exc}"
         ) from exc
     connection = setting.connection_string or setting
     hub = os.environ.get("DURABLE_HOST_HUB") or cfg.hub_name
@@ -123,10 +130,12 @@ def postgres_store(
     *,
     partition_count: int | None = None,
     version: str = "",
+    policy: VersionPolicy | None = None,
 ) -> PostgresStore:
     """``postgres`` (the connection from ``DURABLE_HOST_POSTGRES``) or ``postgres:<conninfo>``;
     the hub from host.json unless ``DURABLE_HOST_HUB`` overrides it; ``partition_count``
-    from host.json as on Azure (default ``ownership.DEFAULT_PARTITIONS``). Raises
+    from host.json as on Azure (default ``ownership.DEFAULT_PARTITIONS``); ``version`` and
+    ``policy`` (host.json's ``defaultVersion`` and version policy) as on Azure too. Raises
     ``PostgresSettingsError`` (a ``ValueError``) for a missing or malformed setting."""
     from durable_host.store.postgres import PostgresStore, from_spec
 
@@ -137,4 +146,5 @@ def postgres_store(
         read_only=read_only,
         partition_count=partition_count or DEFAULT_PARTITIONS,
         version=version,
+        policy=policy,
     )

@@ -245,3 +245,18 @@ def test_a_bad_lease_or_silence_on_azure_is_refused_by_name(
 
     assert f"{setting}={value!r} is not a whole number of seconds from" in line
     assert not (app / ".durable" / "azurite").exists()  # refused before Azurite was started
+
+
+def test_a_storage_connection_host_json_names_but_nobody_set_is_refused_by_name(
+    tmp_path: Path,
+) -> None:
+    app = app_copy(tmp_path, {"Values": {"AzureWebJobsStorage": "UseDevelopmentStorage=true"}})
+    host_json = json.loads((app / "host.json").read_text())
+    durable = host_json.setdefault("extensions", {}).setdefault("durableTask", {})
+    durable["storageProvider"] = {"connectionName": "OrdersStorage"}
+    (app / "host.json").write_text(json.dumps(host_json))
+
+    line = one_line(run_start("--app-dir", str(app), "--store", "azure"))
+
+    assert "needs the OrdersStorage setting" in line and "connectionName" in line
+    assert not (app / ".durable" / "azurite").exists()  # refused before Azurite was started

@@ -10,7 +10,8 @@ and the partition is lost here (``partitions.HubPartitions``). A connection lost
 COMMIT was sent retries on a new connection with back-off, for at most
 ``retry_seconds``; one lost while the COMMIT was in flight asks the server what became of
 that transaction (``pg_xact_status``) and retries only if it did not commit, so a write
-applies once. What still fails is a ``StoreFailedError`` (a ``StoreError``: the engine
+applies once - unless the server restarted meanwhile, when the answer is unknown
+(``_committed``). What still fails is a ``StoreFailedError`` (a ``StoreError``: the engine
 retries the work later and never counts it towards poison). Every message that leaves
 passes through ``settings.redact``: the password is never in it.
 
@@ -24,6 +25,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from typing import Any, Protocol, TypeVar
 
 import psycopg
@@ -50,6 +52,8 @@ SERVER_KEEPALIVES = (
 # long for a row lock: a lock is held only by a transaction in flight or by the session of a
 # cut host, and a balancing round must not wait for the latter (the next round tries again).
 MEMBERSHIP_LOCK_TIMEOUT = "1s"
+# What a transaction reads first: its id, and the start time of the server that gave it.
+XACT = "pg_current_xact_id()::text::bigint, pg_postmaster_start_time()::text"
 
 
 class Fencer(Protocol):
@@ -227,28 +231,35 @@ class Database:
         self, operation: str, body: Callable[[Conn], Awaitable[T]], fence: str | None, fault: bool
     ) -> T:
         assert self.pool is not None
-        xid: int | None = None
+        xid: tuple[int, str] | None = None  # the transaction's id, and its server's start time
         # Before any connection is taken: a partition not held here writes nothing.
         unit_epoch = self._unit_epoch(fence) if fence is not None else None
-        async with self.pool.connection() as conn:
-            committing = False
-            try:
-                # Not in pipeline mode: under terminated sessions it let a step apply twice
-                # (docs/postgres.md, "Not done yet"); one answer per statement until that is
-                # understood.
-                async with conn.transaction():
+        committing = False
+        # The error is caught outside the pool's block, not inside it: a block that ends
+        # cleanly makes psycopg COMMIT the connection, and on a session the server
+        # terminated just after answering the transaction's COMMIT in pipeline mode that
+        # COMMIT fails with an error of its own, which would escape the settling below and
+        # run an applied transaction again (docs/postgres.md, "Pipeline mode"). Raised
+        # through the block, the error makes psycopg roll back (a no-op) and the pool
+        # drop the connection.
+        try:
+            async with self.pool.connection() as conn:
+                pipelined = conn.pipeline() if self.settings.pipeline else nullcontext()
+                async with pipelined, conn.transaction():
+                    # Sent first (the partition's row is locked before anything is
+                    # written), read once the body's statements are on their way.
                     first = await self._fence(conn, unit_epoch)
-                    xid = await self._fenced(first, unit_epoch)
                     result = await body(conn)
+                    xid = await self._fenced(first, unit_epoch)
                     if fault:
                         faults.hit("store.before_commit")
                     committing = True
                     self.round_trips += 1
-                return result
-            except psycopg.OperationalError as exc:
-                if not committing or xid is None:
-                    raise
-                error = exc
+            return result
+        except psycopg.Error as exc:
+            if not committing or xid is None:
+                raise
+            error: psycopg.Error = exc
         # The COMMIT was sent and its answer lost: ask what became of the transaction.
         if await self._committed(xid):
             log.warning("%s reported %r after it had applied; it stands", operation, error)
@@ -266,18 +277,18 @@ class Database:
         """The transaction id and, for an owner write, the lock on its partition's row with
         this host's epoch, sent first (before anything is written)."""
         if unit_epoch is None:
-            return await self.execute(conn, "SELECT pg_current_xact_id()::text::bigint")
+            return await self.execute(conn, f"SELECT {XACT}")
         return await self.execute(
             conn,
-            "SELECT pg_current_xact_id()::text::bigint FROM partitions"
-            " WHERE unit = %s AND epoch = %s FOR KEY SHARE",
+            f"SELECT {XACT} FROM partitions WHERE unit = %s AND epoch = %s FOR KEY SHARE",
             unit_epoch,
         )
 
     async def _fenced(
         self, fence: psycopg.AsyncCursor[Any], unit_epoch: tuple[int, int] | None
-    ) -> int:
-        """The transaction id, or ``UnitLostError`` when another host took the partition."""
+    ) -> tuple[int, str]:
+        """The transaction id and the server's start time, or ``UnitLostError`` when
+        another host took the partition."""
         row = await fence.fetchone()
         if row is None:
             assert unit_epoch is not None
@@ -286,10 +297,19 @@ class Database:
             if self.fencer is not None:
                 self.fencer.lose(unit, why)
             raise UnitLostError(f"partition {unit}: {why}")
-        return int(row[0])
+        return int(row[0]), str(row[1])
 
-    async def _committed(self, xid: int) -> bool:
-        """Did transaction ``xid`` commit? Asked on a new connection, with retries."""
+    async def _committed(self, xid: tuple[int, str]) -> bool:
+        """Did transaction ``xid`` (its id, its server's start time) commit? Asked on a new
+        connection, with retries.
+
+        Only while the server that gave the id still runs: a server that crashed and
+        recovered (or a new primary) hands out again the ids that never reached its log,
+        so ``pg_xact_status`` may answer for another transaction that took the same id
+        (seen: "committed" for an episode that had not applied, which then applied twice).
+        Then the answer is unknown: a ``StoreFailedError``, and the engine, which reads the
+        instance again before it retries, finds out from the data itself."""
+        number, started = xid
         assert self.pool is not None
         deadline = time.monotonic() + max(self.settings.retry_seconds, 1.0)
         delay = BACKOFF_FIRST
@@ -297,18 +317,34 @@ class Database:
             try:
                 async with self.pool.connection() as conn:
                     cur = await self.execute(
-                        conn, "SELECT pg_xact_status(%s::text::xid8)", (str(xid),)
+                        conn,
+                        "SELECT pg_xact_status(%s::text::xid8), pg_postmaster_start_time()::text",
+                        (str(number),),
                     )
                     row = await cur.fetchone()
-                status = row[0] if row else None
-                if status == "in progress":  # the server has not finished it yet
-                    raise psycopg.OperationalError("transaction still in progress")
-                return status == "committed"
+            except psycopg.errors.InvalidParameterValue:
+                # "transaction ID ... is in the future": the server crashed and recovered
+                # before the id was ever written to its log, so no commit of it can be there.
+                return False
             except (psycopg.OperationalError, PoolTimeout) as exc:
                 if time.monotonic() + delay > deadline:
                     raise self.failed("could not learn whether a commit applied", exc) from None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
+                continue
+            status = row[0] if row else None
+            if row is not None and str(row[1]) != started:
+                raise self.failed(
+                    "could not learn whether a commit applied",
+                    RuntimeError("the server restarted since the transaction began"),
+                )
+            if status != "in progress":
+                return status == "committed"
+            # The server has not finished it yet: ask again.
+            if time.monotonic() + delay > deadline:
+                raise self.failed("could not learn whether a commit applied", TimeoutError(status))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX)
 
 
 class _Retry(Exception):

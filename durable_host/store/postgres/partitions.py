@@ -14,6 +14,13 @@ Tables of the hub's schema (``schema``, version 2):
 * ``hosts (id, version, draining, extra, expires_at)`` - heartbeats; ``expires_at``, new
   at every beat, is the token ``ownership.Silence`` watches. ``evict`` frees a silent
   holder's partition and expires its heartbeat.
+* ``meta`` keys ``handover/<unit>`` - a partition handed over to hosts of another app
+  version (``hand_over``, ``ownership.handovers``, ``docs/versioning.md``): the version
+  and the epoch it was released with, written in the transaction that releases it. The
+  mark counts while the partition is free with that epoch (the next acquisition raises the
+  epoch, and deletes the mark), so a mark a host of an older schema left behind is void.
+  In ``meta``, not a column of ``partitions``: no schema change, and hosts that know
+  nothing of versions ignore it.
 
 ``HubPartitions`` is the ``membership.Backend`` of the PostgreSQL store and its fence:
 ``check(instance_id)`` names the partition and epoch an owner write must lock
@@ -64,6 +71,7 @@ class HubPartitions:
         self.on_change = on_change
         self._held: dict[int, int] = {}  # unit -> epoch
         self._acquired_at: dict[int, float] = {}  # unit -> monotonic time it was taken
+        self._wanted: dict[int, str] = {}  # free unit -> the version it was handed over to
 
     @property
     def seconds(self) -> int:
@@ -186,20 +194,28 @@ class HubPartitions:
         log.warning("heartbeats of dead processes on this machine removed: %s", dead)
 
     async def holdings(self) -> dict[int, str | None]:
-        """Who holds which partition (None: free or expired)."""
+        """Who holds which partition (None: free or expired); the free ones handed over for
+        a version are kept for ``wanted``."""
 
-        async def read(conn: Conn) -> list[tuple[int, str | None]]:
+        async def read(conn: Conn) -> list[tuple[int, str | None, int, str | None]]:
             cur = await self.db.execute(
                 conn,
-                "SELECT unit, CASE WHEN expires_at > clock_timestamp() THEN owner END"
-                " FROM partitions ORDER BY unit",
+                "SELECT p.unit, CASE WHEN p.expires_at > clock_timestamp() THEN p.owner END,"
+                " p.epoch, m.value FROM partitions p"
+                " LEFT JOIN meta m ON m.key = 'handover/' || p.unit ORDER BY p.unit",
             )
-            return [(int(r[0]), r[1]) for r in await cur.fetchall()]
+            return [(int(r[0]), r[1], int(r[2]), r[3]) for r in await cur.fetchall()]
 
         found: dict[int, str | None] = dict.fromkeys(self.units)
-        for unit, holder in await self.db.read(read):
-            if unit in found:
-                found[unit] = holder
+        wanted: dict[int, str] = {}
+        for unit, holder, epoch, mark in await self.db.read(read):
+            if unit not in found:
+                continue
+            found[unit] = holder
+            handed = json.loads(mark) if mark else {}
+            if holder is None and handed.get("epoch") == epoch:
+                wanted[unit] = str(handed.get("version", ""))
+        self._wanted = wanted
         return found
 
     async def acquire(self, unit: int, holder: str | None) -> bool:
@@ -240,6 +256,7 @@ class HubPartitions:
             )
             taken = await cur.fetchone()
             assert taken is not None
+            await self.db.execute(conn, "DELETE FROM meta WHERE key = %s", (f"handover/{unit}",))
             return int(taken[0])
 
         try:
@@ -285,9 +302,8 @@ class HubPartitions:
             return False
 
     def wanted(self) -> dict[int, str]:
-        """Partitions handed over for a version: none here (versions side by side are the
-        Azure store's for now; the store passes no ``parked`` to ``Membership``)."""
-        return {}
+        """Free partitions handed over for a version, as the last ``holdings`` found them."""
+        return dict(self._wanted)
 
     def held_for(self) -> dict[int, float]:
         """Seconds since this host took each partition it holds."""
@@ -295,8 +311,13 @@ class HubPartitions:
         return {u: now - t for u, t in self._acquired_at.items() if u in self._held}
 
     async def hand_over(self, unit: int, version: str) -> None:
-        """Not reached without ``parked`` (see ``wanted``): a plain release."""
-        await self.release(unit)
+        """Release the partition marked for hosts of ``version`` (``ownership.handovers``),
+        in one transaction: the mark is there as soon as the partition is free."""
+        epoch = self._held.get(unit)
+        if epoch is None:
+            return
+        mark = json.dumps({"version": version, "epoch": epoch})
+        await self.release(unit, mark=mark)
 
     async def renew_all(self) -> None:
         if not self._held:
@@ -318,7 +339,8 @@ class HubPartitions:
             if renewed.get(unit) != epoch:
                 self.lose(unit, "another host took it over (its lease had lapsed)")
 
-    async def release(self, unit: int) -> None:
+    async def release(self, unit: int, *, mark: str | None = None) -> None:
+        """Give the partition up at once (``mark``: the handover mark to leave on it)."""
         epoch = self._held.pop(unit, None)
         if epoch is None:
             return
@@ -326,12 +348,19 @@ class HubPartitions:
 
         async def body(conn: Conn) -> None:
             await self._bounded(conn)
-            await self.db.execute(
+            cur = await self.db.execute(
                 conn,
                 "UPDATE partitions SET owner = NULL, expires_at = '-infinity'"
-                " WHERE unit = %s AND epoch = %s AND owner = %s",
+                " WHERE unit = %s AND epoch = %s AND owner = %s RETURNING unit",
                 (unit, epoch, self.owner),
             )
+            if mark is not None and await cur.fetchone() is not None:
+                await self.db.execute(
+                    conn,
+                    "INSERT INTO meta (key, value) VALUES (%s, %s)"
+                    " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (f"handover/{unit}", mark),
+                )
 
         try:
             await self.db.write("release partition", body, fault=False)

@@ -16,7 +16,9 @@ Other settings (environment): ``DURABLE_HOST_POSTGRES_POOL`` (connections, defau
 (the hub lease, 5-60, default 15), ``DURABLE_HOST_SILENCE_SECONDS`` (a heartbeat unchanged
 that long makes its host dead: ``membership``; 1-60, default a third of the lease, 3 s at least),
 ``DURABLE_HOST_POSTGRES_RETRY_SECONDS`` (how long an
-operation retries a lost connection before it fails as a store error, default 10).
+operation retries a lost connection before it fails as a store error, default 10),
+``DURABLE_HOST_POSTGRES_PIPELINE`` (1: a transaction's statements in psycopg's pipeline
+mode; 0, the default: each waits for its answer).
 
 A network cut: the connection gets libpq's TCP keepalives (5 s idle, 3 probes 2 s apart)
 and ``tcp_user_timeout`` (10 s) unless the conninfo sets them, so a call waiting over a dead
@@ -53,6 +55,7 @@ class PostgresSettings:
     lease_seconds: int = 15
     retry_seconds: float = 10.0
     silence_seconds: float = 5.0
+    pipeline: bool = False
 
     @property
     def idle_transaction_ms(self) -> int:
@@ -128,6 +131,7 @@ def from_spec(spec: str, hub: str, env: dict[str, str] | None = None) -> Postgre
         lease_seconds=lease,
         retry_seconds=float(_setting(env, "DURABLE_HOST_POSTGRES_RETRY_SECONDS", 10, 0, 3600)),
         silence_seconds=silence,
+        pipeline=bool(_setting(env, "DURABLE_HOST_POSTGRES_PIPELINE", 0, 0, 1)),
     )
 
 

@@ -10,7 +10,8 @@ episode, an entity batch, an attempt's count) is fenced by its partition's epoch
 same transaction; starts, events, purges and activity completions come from any host, and
 every message NOTIFYs the hub's listeners, so its owner hears of it at once. Activity work
 is any host's: the committing host's claim (``claimed_by``) holds while its heartbeat
-does; a claim of a host that is gone is taken over with ``FOR UPDATE SKIP LOCKED``.
+does; a claim of a host that is gone is taken over with ``FOR UPDATE SKIP LOCKED``. Hosts
+of several app versions share a hub as on the Azure store (``versions``).
 
 ``poll`` wakes at once on a NOTIFY from another writer (``listen``), and sweeps the hub
 every ``SWEEP_SECONDS`` (within a second of taking a partition) for work nobody was told about: instances of owned partitions with
@@ -44,6 +45,7 @@ from durable_host.core.records import (
     QueryPage,
     RuntimeStatus,
 )
+from durable_host.core.versioning import MatchStrategy, Parking, VersionPolicy
 from durable_host.ops import faults
 from durable_host.store import codec
 from durable_host.store.azure.lease import process_identity
@@ -56,6 +58,7 @@ from durable_host.store.postgres.listen import Listener
 from durable_host.store.postgres.partitions import HubPartitions
 from durable_host.store.postgres.schema import SchemaTooNewError, migrate
 from durable_host.store.postgres.settings import PostgresSettings
+from durable_host.store.postgres.versions import SideBySide
 from durable_host.store.query import POSTGRES, instance_filters
 
 log = logging.getLogger("durable_host.store.postgres")
@@ -82,13 +85,18 @@ class PostgresStore:
         read_only: bool = False,
         partition_count: int = DEFAULT_PARTITIONS,
         version: str = "",
+        policy: VersionPolicy | None = None,
     ) -> None:
         """``read_only``: for tools beside a running host: no partition held, so no owner
-        write (starts, events, purges and secrets are any host's)."""
+        write (starts, events, purges and secrets are any host's); ``version``, ``policy``:
+        the app's ``defaultVersion`` and version policy, announced in the heartbeat
+        (``versions``)."""
         self.settings = settings
         self.read_only = read_only
         self.partition_count = partition_count
         self.version = version
+        self.policy = policy or VersionPolicy()
+        self.versions = SideBySide(partition_count, settings.lease_seconds)
         self.owner = f"{process_identity()}|{uuid.uuid4().hex[:8]}".replace(" ", "_")
         self.db = Database(settings)
         self.db.on_lost = on_lost
@@ -131,12 +139,20 @@ class PostgresStore:
         await partitions.prepare()
         self.partitions = partitions
         self.db.fencer = partitions
+        match = self.policy.match
         self.membership = Membership(
             partitions,
-            Member(self.owner, self.version),
+            Member(
+                self.owner,
+                self.version,
+                extra={} if match == MatchStrategy.NONE else {"match": str(match)},
+            ),
             self.settings.lease_seconds / 3,
+            parked=lambda: self.versions.parked(partitions.held()),
             silence=self.settings.silence_seconds,
         )
+        membership = self.membership
+        self.versions.others_live = lambda: any(m.id != self.owner for m in membership.last_members)
         await self.membership.join()
         log.info(
             "joined task hub %s on %s: partitions %s of %d held",
@@ -146,8 +162,15 @@ class PostgresStore:
             self.partition_count,
         )
 
+    def serve_versions(self, parking: Parking, activities: set[str]) -> None:
+        """Before ``open``: the engine's instances left untouched for their version and the
+        activities this app defines (``versions``)."""
+        self.versions.serve(parking, activities)
+
     def _ownership_changed(self) -> None:
         self._taken = True
+        if self.partitions is not None:
+            self.versions.drop_lost(self.partitions.held())
 
     def _owns(self, instance_id: str) -> bool:
         return self.partitions is None or self.partitions.owns(instance_id)
@@ -431,7 +454,7 @@ class PostgresStore:
             )
             return [ActivityWork(*r) for r in await cur.fetchall()]
 
-        works = await self.db.read(read)
+        works = self.versions.ours(await self.db.read(read))
         self._handed.update(w.work_id for w in works)
         return works
 
@@ -570,7 +593,9 @@ class PostgresStore:
         # unhanded was left behind - unless a host that is gone claimed it, which no
         # commit of this process is about to hand over.
         rows = [
-            (w, orphan) for w, orphan in await self.db.read(read) if w.work_id not in self._handed
+            (w, orphan)
+            for w, orphan in await self.db.read(read)
+            if w.work_id not in self._handed and not self.versions.leaves(w.name)
         ]
         unhanded = [w for w, _ in rows]
         works = [w for w, orphan in rows if orphan or w.work_id in self._unhanded]

@@ -59,3 +59,36 @@ def test_the_script_root_is_the_app_directory(
     config.set_script_root(tmp_path)
 
     assert os.environ[config.SCRIPT_ROOT] == str(tmp_path.resolve())
+
+
+def test_the_storage_connection_is_the_one_host_json_names(tmp_path: Path) -> None:
+    def named(provider: dict[str, object]) -> str:
+        data = {"extensions": {"durableTask": {"storageProvider": provider}}}
+        return config.parse_host_json(tmp_path, data, {}).storage_connection
+
+    assert config.parse_host_json(tmp_path, {}, {}).storage_connection == "AzureWebJobsStorage"
+    assert named({"connectionName": "OrdersStorage"}) == "OrdersStorage"
+    assert named({"connectionStringName": "Legacy"}) == "Legacy"  # the extension's older name
+    assert named({"ConnectionName": "AnyCase"}) == "AnyCase"
+    with pytest.raises(config.ConfigError, match="connectionname must name an app setting"):
+        named({"connectionName": ""})
+
+
+def test_the_azure_store_uses_the_named_connection_and_refuses_a_missing_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durable_host.host import StoreSpecError, open_store
+
+    data = {"extensions": {"durableTask": {"storageProvider": {"connectionName": "Orders"}}}}
+    cfg = config.parse_host_json(tmp_path, data, {})
+    monkeypatch.setenv("AzureWebJobsStorage", "UseDevelopmentStorage=true")
+    monkeypatch.delenv("Orders", raising=False)
+    with pytest.raises(StoreSpecError) as refused:
+        open_store("azure", cfg)
+    assert "needs the Orders setting" in str(refused.value)
+    assert "connectionName" in str(refused.value)
+
+    account = "DefaultEndpointsProtocol=http;AccountName=orders;AccountKey=a2V5;EndpointSuffix=x"
+    monkeypatch.setenv("Orders", account)
+    store = open_store("azure", cfg)
+    assert getattr(store, "connection", None) == account
