@@ -188,7 +188,7 @@ def test_start_lists_functions_and_honours_the_host_section(tmp_path: Path) -> N
 def test_functions_naming_a_trigger_the_host_does_not_run_is_refused(tmp_path: Path) -> None:
     line = one_line(run_start("--app-dir", str(SAMPLE), "--functions", "greet", "drain"))
 
-    assert "'drain'" in line and "queueTrigger" in line
+    assert "'drain'" in line and "eventHubTrigger" in line
 
 
 def test_a_trigger_the_host_does_not_run_is_listed_and_cors_takes_any_origin(
@@ -202,7 +202,7 @@ def test_a_trigger_the_host_does_not_run_is_listed_and_cors_takes_any_origin(
         host.kill()
     assert host.log_path is not None
     text = host.log_path.read_text()
-    assert "not run: function 'drain': trigger queueTrigger is not supported" in text
+    assert "not run: function 'drain': trigger eventHubTrigger is not supported" in text
 
 
 def test_an_unreadable_engine_setting_is_refused_before_the_store_is_touched(

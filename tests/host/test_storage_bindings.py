@@ -1,0 +1,112 @@
+"""The Storage extension's input and output bindings on a real host over loopback, against Azurite:
+blobs (str, bytes, InputStream, Out), queue output (one and a list), table input (one entity,
+a filtered query with take) and output, binding expressions from each source, on HTTP
+functions, an activity and a durable client function; outputs written only on success."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from tests.harness import HostProcess, store_specs
+from tests.host.storage_support import Account, module_host, unique
+
+
+@pytest.fixture(scope="module", params=store_specs())
+def host(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, storage_account: str
+) -> Iterator[HostProcess]:
+    """One host for the module per store: these tests share it, each with names of its own."""
+    process = module_host(request, tmp_path_factory, storage_account, "bindings").start()
+    yield process
+    process.kill()
+
+
+@pytest.fixture
+def account(storage_account: str) -> Account:
+    return Account(storage_account)
+
+
+def test_blob_output_then_input_and_a_missing_blob_is_none(host: HostProcess, account: Account):
+    name = unique()
+    assert host.request("GET", f"/api/files/{name}").status == 404  # input None: missing
+
+    put = host.request("PUT", f"/api/files/{name}", raw=b"hello blob")
+
+    assert (put.status, put.body) == (200, b"stored")
+    assert account.blob("files", f"{name}.txt") == b"hello blob"
+    assert host.get(f"/api/files/{name}").body == b"hello blob"
+    # A queue output set to a list sends two messages; the queue trigger takes each.
+    first = json.loads(account.wait_blob("results", f"{name}.json"))
+    assert first["body"] == {"name": name, "text": "first"}
+    account.wait_blob("results", f"{name}-2.json")
+
+
+def test_a_failing_function_writes_none_of_its_outputs(host: HostProcess, account: Account):
+    name = unique()
+
+    resp = host.request("PUT", f"/api/files/{name}?fail=1", raw=b"never")
+
+    assert resp.status == 500
+    assert account.blob("files", f"{name}.txt") is None
+    assert not any(name in m for m in account.messages("jobs"))
+
+
+def test_bytes_and_input_stream_inputs_and_a_generic_blob_output(
+    host: HostProcess, account: Account
+):
+    name = unique()
+    assert host.request("PUT", f"/api/raw/{name}", raw=b"\x00\x01ab").body == b"stored"
+
+    assert json.loads(host.get(f"/api/raw/{name}").body) == {"type": "bytes", "hex": "00016162"}
+    account.put_blob("raw", name, "text")
+    stream = json.loads(host.get(f"/api/stream/{name}").body)
+    # An input stream has no name outside a blob trigger, as the Python worker builds it.
+    assert stream == {"type": "InputStream", "data": "text", "name": None}
+
+
+def test_expressions_setting_datetime_rand_guid_route_and_json_body(
+    host: HostProcess, account: Account
+):
+    assert host.post("/api/stamp").status == 200
+    names = [b.name for b in account.blobs.get_container_client("stamps").list_blobs()]
+    assert any(
+        re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d-\d\d-\d\dZ/[0-9a-f-]{36}\.txt", n) for n in names
+    ), names
+    who = unique("w")
+
+    assert host.post(f"/api/echo/{who}", {"greeting": "hi"}).status == 200
+
+    assert account.messages(f"echo-{who}") == [f"hi {who}"]
+
+
+def test_table_output_single_input_and_filtered_query_with_take(
+    host: HostProcess, account: Account
+):
+    pk = unique("p")
+    for rk, age in (("a", 30), ("b", 10), ("c", 40), ("d", 50)):
+        resp = host.request("PUT", f"/api/people/{pk}/{rk}", {"Name": rk.upper(), "Age": age})
+        assert resp.status == 200, resp.body
+
+    one = json.loads(host.get(f"/api/people/{pk}/c").body)
+    assert (one["PartitionKey"], one["RowKey"], one["Name"], one["Age"]) == (pk, "c", "C", 40)
+    assert "Timestamp" in one
+    assert host.get(f"/api/people/{pk}/zz").status == 404
+    rows = json.loads(host.get(f"/api/people/{pk}").body)
+    assert len(rows) == 2 and all(r["Age"] > 20 for r in rows)  # filter, then take=2
+
+
+def test_an_activity_and_a_client_function_carry_bindings(host: HostProcess, account: Account):
+    name = unique("n")
+    resp = host.request("POST", f"/api/notes/{name}", raw=b"first note")
+    assert resp.status == 202, resp.body
+    instance = resp.json()["id"]
+
+    done = host.wait_for_status(instance, ("Completed",))
+
+    assert done["output"] == {"had": None, "saved": "first note"}
+    assert account.blob("notes", f"{name}.txt") == b"first note"
+    assert f"started {instance}" in account.messages("audit")
