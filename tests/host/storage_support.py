@@ -23,6 +23,7 @@ def env(connection: str, **more: str) -> dict[str, str]:
     return {
         "AppStorage": connection,
         "STAMP_CONTAINER": "stamps",
+        "PLAIN_QUEUE": "plain-base64",
         "DURABLE_HOST_QUEUE_LEASE_SECONDS": "3",
         "DURABLE_HOST_BLOB_SCAN_SECONDS": "0.3",
         **more,

@@ -153,29 +153,26 @@ def on_job(msg: func.QueueMessage, out: func.Out[str], run: func.Out[str]) -> No
 
 
 @app.queue_trigger(arg_name="msg", queue_name="failing", connection=CONN)
-@app.table_output(
-    arg_name="run",
-    table_name="runs",
-    partition_key="failing",
-    row_key="{rand-guid}",
-    connection=CONN,
-)
-def on_failing(msg: func.QueueMessage, run: func.Out[str]) -> None:
-    _mark(f"failing-{msg.dequeue_count}")
+def on_failing(msg: func.QueueMessage) -> None:
+    _mark(f"failing-{msg.get_body().decode()}-{msg.dequeue_count}")
     raise RuntimeError(f"always fails ({msg.get_body().decode()})")
 
 
 @app.queue_trigger(arg_name="msg", queue_name="slow", connection=CONN)
-@app.blob_output(arg_name="out", path="results/slow-{name}.txt", connection=CONN)
-def on_slow(msg: func.QueueMessage, out: func.Out[str]) -> None:
+@app.blob_output(arg_name="out", path="results/slow-{name}.json", connection=CONN)
+@app.table_output(
+    arg_name="run", table_name="runs", partition_key="slow", row_key="{rand-guid}", connection=CONN
+)
+def on_slow(msg: func.QueueMessage, out: func.Out[str], run: func.Out[str]) -> None:
     body = msg.get_json()
     _mark(f"slow-{body['name']}-{msg.dequeue_count}")
     if msg.dequeue_count == 1:
         time.sleep(float(body.get("sleep", 0)))
-    out.set(f"done on try {msg.dequeue_count}")
+    out.set(json.dumps({"try": msg.dequeue_count, "pid": os.getpid()}))
+    run.set(json.dumps({"name": body["name"], "pid": os.getpid()}))
 
 
-@app.queue_trigger(arg_name="msg", queue_name="plain", connection=CONN)
+@app.queue_trigger(arg_name="msg", queue_name="%PLAIN_QUEUE%", connection=CONN)
 @app.blob_output(arg_name="out", path="results/plain-{Id}.txt", connection=CONN)
 def on_plain(msg: func.QueueMessage, out: func.Out[bytes]) -> None:
     out.set(msg.get_body())
