@@ -14,13 +14,16 @@ from tests.harness import HostProcess, wait_for
 from tests.host.storage_support import APP, Account, as_json, env, unique
 
 
-def test_a_message_arrives_with_its_fields_and_is_deleted_after_success(
-    make_host, storage_account: str
+def test_a_message_arrives_with_its_fields_is_deleted_after_success_or_poisoned(
+    make_host, storage_account: str, tmp_path: Path
 ) -> None:
     account = Account(storage_account)
-    host = make_host(APP, env=env(storage_account)).start()
-    name = unique()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    host = make_host(APP, env=env(storage_account, STORAGE_TEST_MARKS=str(marks))).start()
+    name, payload = unique(), unique("bad")
     account.send("jobs", json.dumps({"name": name, "text": "x"}))
+    account.send("failing", payload)
 
     seen = as_json(account.wait_blob("results", f"{name}.json"))
 
@@ -33,22 +36,10 @@ def test_a_message_arrives_with_its_fields_and_is_deleted_after_success(
     assert {"function": "on_job", "queue": "jobs", "length": 0, "oldestAgeSeconds": None} in scale[
         "queues"
     ]
-
-
-def test_a_failing_message_goes_to_the_poison_queue_after_max_dequeue_count(
-    make_host, storage_account: str, tmp_path: Path
-) -> None:
-    account = Account(storage_account)
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    make_host(APP, env=env(storage_account, STORAGE_TEST_MARKS=str(marks))).start()
-    payload = unique("bad")
-    account.send("failing", payload)
-
+    # The failing message: tried maxDequeueCount (3) times, then moved to <queue>-poison.
     wait_for(lambda: payload in account.messages("failing-poison"), 60, "the poison message")
-
     tries = sorted(p.name for p in marks.iterdir() if payload in p.name)
-    assert tries == [f"failing-{payload}-{n}" for n in (1, 2, 3)]  # maxDequeueCount 3
+    assert tries == [f"failing-{payload}-{n}" for n in (1, 2, 3)]
     assert payload not in account.messages("failing")
 
 

@@ -236,7 +236,12 @@ class StorageExtension:
                 }
             )
         blobs = [
-            {"function": w.info.name, "path": w.binding.path, "pending": w.pending}
+            {
+                "function": w.info.name,
+                "path": w.binding.path,
+                "pending": w.pending,
+                "scans": w.stats["scans"],
+            }
             for w in self.watchers
         ]
         per_host = self.queue_options.batch_size + self.queue_options.new_batch_threshold
