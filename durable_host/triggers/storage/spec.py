@@ -34,7 +34,14 @@ import azure.functions as func
 
 from durable_host.functions.loader import AppIndex, AppLoadError, FunctionInfo
 from durable_host.triggers.storage import expressions
-from functions_connections import ConnectionSettingError, StorageConnection, read_connection
+from functions_connections import (
+    ConnectionSettingError,
+    StorageConnection,
+    blob_service,
+    queue_service,
+    read_connection,
+    table_service,
+)
 
 STORAGE_TYPES = ("blob", "queue", "table", "queueTrigger", "blobTrigger")
 DEFAULT_CONNECTION = "AzureWebJobsStorage"
@@ -167,6 +174,8 @@ def _binding(
         connection = read_connection(connection_name, env)
         if connection.identity_based:
             connection.uri(_SERVICE.get(kind, "table"))  # type: ignore[arg-type]
+        else:
+            _check_string(connection, _SERVICE.get(kind, "table"))
     except ConnectionSettingError as exc:
         raise StorageConfigError(f"{where}: connection '{connection_name}': {exc}") from None
     data_type = (text("dataType", required=False) or "").lower() or None
@@ -226,6 +235,15 @@ def _binding(
         annotation=annotation,
         **fields,
     )
+
+
+def _check_string(connection: StorageConnection, service: str) -> None:
+    """A connection string the SDK refuses, found now (building a client does no IO)."""
+    text = connection.connection_string or ""
+    if "usedevelopmentstorage=true" in text.replace(" ", "").lower():
+        return
+    builders = {"blob": blob_service, "queue": queue_service, "table": table_service}
+    builders[service](connection).close()
 
 
 def _annotation(where: str, name: str, direction: str, hints: dict[str, Any]) -> Any:
