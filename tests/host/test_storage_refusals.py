@@ -40,8 +40,10 @@ def flow(context, b: str):
     "missing": (
         BLOB_ON_HTTP.replace("{conn}", "Nowhere"),
         {},
-        "function 'reader': blob binding 'b': connection 'Nowhere': the connection Nowhere is"
-        " not set",
+        (
+            "function 'reader': blob binding 'b': connection 'Nowhere': the connection Nowhere is"
+            " not set"
+        ),
     ),
     "malformed": (
         BLOB_ON_HTTP.replace("{conn}", "AppStorage"),
@@ -55,8 +57,10 @@ def drain(m: func.QueueMessage) -> None:
     pass
 """,
         {"Ident__blobServiceUri": "https://acct.blob.core.windows.net"},
-        "function 'drain': queueTrigger binding 'm': connection 'Ident': the connection Ident"
-        " has no queue service",
+        (
+            "function 'drain': queueTrigger binding 'm': connection 'Ident': the connection Ident"
+            " has no queue service"
+        ),
     ),
     "unknown property": (
         """
@@ -77,8 +81,10 @@ def sender(req: func.HttpRequest, q: func.Out[str]) -> str:
     return "x"
 """,
         {},
-        "function 'sender': queue binding 'q': queueName refers to the app setting %QUEUE_NAME%,"
-        " which is not set",
+        (
+            "function 'sender': queue binding 'q': queueName refers to the app setting %QUEUE_NAME%,"
+            " which is not set"
+        ),
     ),
     "bad host.json": (
         BLOB_ON_HTTP.replace("{conn}", "AppStorage"),
