@@ -6,13 +6,17 @@ functions, an activity and a durable client function; outputs written only on su
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.harness import HostProcess, store_specs
-from tests.host.storage_support import Account, module_host, unique
+from tests.harness import APPS, ROOT, HostProcess, store_specs
+from tests.host.storage_support import APP, Account, env, module_host, unique
 
 
 @pytest.fixture(scope="module", params=store_specs())
@@ -110,3 +114,44 @@ def test_an_activity_and_a_client_function_carry_bindings(host: HostProcess, acc
     assert done["output"] == {"had": None, "saved": "first note"}
     assert account.blob("notes", f"{name}.txt") == b"first note"
     assert f"started {instance}" in account.messages("audit")
+
+
+def test_the_dashboard_lists_queue_and_blob_functions_with_their_backlog(host: HostProcess):
+    rows = {r["name"]: r for r in host.get("/admin/dashboard/api/storage").json()["functions"]}
+
+    assert rows["on_job"]["trigger"] == "queueTrigger" and rows["on_job"]["source"] == "jobs"
+    assert isinstance(rows["on_job"]["waiting"], int)
+    assert rows["on_sample"]["trigger"] == "blobTrigger"
+    assert rows["on_sample"]["source"] == "samples/{name}.txt"
+
+
+def test_next_wake_counts_a_message_waiting_for_a_queue_trigger(
+    storage_account: str, account: Account, tmp_path: Path
+):
+    queue = unique("wake-")
+    settings = {**os.environ, **env(storage_account, PLAIN_QUEUE=queue), "PYTHONPATH": str(ROOT)}
+
+    def next_wake() -> dict:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "durable_host",
+                "next-wake",
+                "--app-dir",
+                str(APPS / APP),
+                "--store",
+                f"sqlite:{tmp_path / 'idle.db'}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=settings,
+            cwd=ROOT,
+        )
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    account.send(queue, "wake up")
+
+    assert next_wake()["runnable"] is True

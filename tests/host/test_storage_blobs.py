@@ -24,7 +24,7 @@ def test_each_blob_runs_once_with_two_hosts_and_a_restart_and_a_failing_one_is_p
     host_id = unique("host-")
     settings = env(storage_account, AzureFunctionsWebHost__hostid=host_id)
     hosts = [make_host(APP, env=settings, name=f"b{i}").start() for i in range(2)]
-    names = [unique("s") for _ in range(6)]
+    names = [unique("s") for _ in range(4)]
     bad = unique("bad")
     account.put_blob("bad", bad, "x")
     for name in names:

@@ -69,8 +69,15 @@ def test_plain_messages_with_message_encoding_none(make_host, storage_account: s
 
 def test_two_hosts_share_a_queue_and_run_each_message_once(make_host, storage_account: str) -> None:
     account = Account(storage_account)
-    hosts = [make_host(APP, env=env(storage_account), name=f"h{i}").start() for i in range(2)]
-    names = [unique("m") for _ in range(24)]
+    # At most two messages in flight per host (batchSize 2, newBatchThreshold 0), each 0.3 s:
+    # one host cannot drain the queue before the other polls (at least once a second).
+    settings = env(
+        storage_account,
+        AzureFunctionsJobHost__extensions__queues__batchSize="2",
+        AzureFunctionsJobHost__extensions__queues__newBatchThreshold="0",
+    )
+    hosts = [make_host(APP, env=settings, name=f"h{i}").start() for i in range(2)]
+    names = [unique("m") for _ in range(12)]
     for name in names:
         account.send("slow", json.dumps({"name": name, "sleep": 0.3}))
 

@@ -122,7 +122,7 @@ def test_each_refusal_names_the_function_the_binding_and_the_setting(
     assert expected in str(found.value)
 
 
-@pytest.mark.parametrize("case", ["orchestrator", "malformed"])
+@pytest.mark.parametrize("case", ["malformed"])
 def test_the_command_line_refuses_in_one_line_before_the_store_is_touched(
     case: str, tmp_path: Path
 ) -> None:
