@@ -91,9 +91,16 @@ async def _dispatch(
         trigger_metadata=None,
     )
     # Binding data of an activity: its input's properties when the input is a JSON object.
-    metadata = {"instanceId": work.instance_id, **(value if isinstance(value, dict) else {})}
     result = await invocation.invoke(
-        info, value, client_json, app_dir, metadata=metadata, daemon=True
+        info,
+        value,
+        client_json,
+        app_dir,
+        metadata=lambda: {
+            "instanceId": work.instance_id,
+            **(value if isinstance(value, dict) else {}),
+        },
+        daemon=True,
     )
     encoded = ActivityTriggerConverter.encode(result, expected_type=None).value
     # The extension stores the output re-serialized compactly.

@@ -93,16 +93,19 @@ async def invoke(
     client_json: Callable[[], str],
     app_dir: str,
     *,
-    metadata: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
     daemon: bool = False,
 ) -> Any:
     """Call ``info`` with its trigger value and every binding (see the module docstring);
-    ``metadata`` is the trigger's binding data, for the bindings' ``{name}`` expressions."""
+    ``metadata`` is the trigger's binding data, for the bindings' ``{name}`` expressions (a
+    callable is asked only when the function has such bindings: an HTTP body is parsed for
+    them, not for every request)."""
     kwargs = build_kwargs(info, trigger_value, client_json, app_dir)
     binder = bindings.current()
     if binder is None or not binder.handles(info):
         return await call(info.fn, kwargs, daemon=daemon)
-    prepared = await binder.prepare(info, metadata or {})
+    data = metadata() if callable(metadata) else metadata
+    prepared = await binder.prepare(info, data or {})
     kwargs.update(prepared.kwargs)
     result = await call(info.fn, kwargs, daemon=daemon)
     return await prepared.succeeded(result)

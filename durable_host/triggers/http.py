@@ -149,7 +149,7 @@ class FunctionRoutes:
                     req,
                     lambda: self.client_json(request),
                     self.app_dir,
-                    metadata=binding_data(req, params),
+                    metadata=lambda: binding_data(req, params),
                 ),
             )
         except Exception:

@@ -20,7 +20,14 @@ def test_a_message_arrives_with_its_fields_is_deleted_after_success_or_poisoned(
     account = Account(storage_account)
     marks = tmp_path / "marks"
     marks.mkdir()
-    host = make_host(APP, env=env(storage_account, STORAGE_TEST_MARKS=str(marks))).start()
+    spans = tmp_path / "spans.jsonl"
+    traced = {
+        "OTEL_TRACES_EXPORTER": "console",
+        "DURABLE_HOST_TELEMETRY_FILE": str(spans),
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+    }
+    host = make_host(APP, env=env(storage_account, STORAGE_TEST_MARKS=str(marks), **traced))
+    host.start()
     name, payload = unique(), unique("bad")
     account.send("jobs", json.dumps({"name": name, "text": "x"}))
     account.send("failing", payload)
@@ -36,6 +43,21 @@ def test_a_message_arrives_with_its_fields_is_deleted_after_success_or_poisoned(
     assert {"function": "on_job", "queue": "jobs", "length": 0, "oldestAgeSeconds": None} in scale[
         "queues"
     ]
+    # The invocation ran in its CONSUMER span.
+    found = wait_for(
+        lambda: (
+            [
+                json.loads(line)
+                for line in (spans.read_text() if spans.exists() else "").splitlines()
+                if "queue on_job" in line
+            ]
+            or None
+        ),
+        30,
+        "the queue functions' spans",
+    )
+    assert {s["kind"] for s in found} == {"SpanKind.CONSUMER"}
+    assert found[0]["attributes"]["faas.invoked_name"] == "on_job"
     # The failing message: tried maxDequeueCount (3) times, then moved to <queue>-poison.
     wait_for(lambda: payload in account.messages("failing-poison"), 60, "the poison message")
     tries = sorted(p.name for p in marks.iterdir() if payload in p.name)

@@ -238,7 +238,7 @@ class BlobWatcher:
             {
                 "Type": "BlobTrigger",
                 "FunctionId": f"Host.Functions.{self.info.name}",
-                "BlobType": "BlockBlob",
+                "BlobType": str(getattr(blob.blob_type, "value", None) or "BlockBlob"),
                 "ContainerName": self.binding.container,
                 "BlobName": blob.name,
                 "ETag": blob.etag,
