@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from azure.core.exceptions import ResourceNotFoundError
 
-from tests.harness import APPS, ROOT, HostProcess, store_specs
+from tests.harness import APPS, ROOT, HostProcess, store_specs, wait_for
 from tests.host.storage_support import APP, Account, env, module_host, unique
 
 
@@ -114,6 +115,17 @@ def test_an_activity_and_a_client_function_carry_bindings(host: HostProcess, acc
     assert done["output"] == {"had": None, "saved": "first note"}
     assert account.blob("notes", f"{name}.txt") == b"first note"
     assert f"started {instance}" in account.messages("audit")
+
+
+def test_a_timer_function_writes_its_blob_output(host: HostProcess, account: Account):
+    def written() -> bool:
+        try:
+            found = list(account.blobs.get_container_client("timers").list_blobs())
+        except ResourceNotFoundError:
+            return False  # no container yet
+        return any(account.blob("timers", b.name) == b"ran on startup" for b in found)
+
+    wait_for(written, 30, "the timer function's blob (runOnStartup)")
 
 
 def test_the_dashboard_lists_queue_and_blob_functions_with_their_backlog(host: HostProcess):

@@ -90,6 +90,12 @@ def echo(req: func.HttpRequest, q: func.Out[str]) -> str:
     return "sent"
 
 
+@app.timer_trigger(schedule="0 0 0 1 1 *", arg_name="timer", run_on_startup=True)
+@app.blob_output(arg_name="out", path="timers/{rand-guid}.txt", connection=CONN)
+def on_start(timer: func.TimerRequest, out: func.Out[str]) -> None:
+    out.set("ran on startup")
+
+
 # --- tables ------------------------------------------------------------------------------
 
 
