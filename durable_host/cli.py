@@ -246,6 +246,7 @@ async def next_wake(args: argparse.Namespace) -> int:
         finally:
             if storage is not None:
                 await storage.stop(0)
+                await storage.close()
             await store.close()
     except STARTUP_ERRORS as exc:
         print(f"durable host: {exc}", file=sys.stderr)

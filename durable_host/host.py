@@ -230,5 +230,7 @@ class Host:
             except StoreError as exc:  # unsure: a waker that comes back at once loses nothing
                 log.warning("could not read the next wake time (%s); announcing now", exc)
                 self.wake = {"next_wake": h.format_time(datetime.now(UTC)), "error": str(exc)}
+        if self.storage is not None:
+            await self.storage.close()
         await self.store.close()
         telemetry.shutdown()  # flush what the exporters still hold

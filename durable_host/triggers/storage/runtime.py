@@ -11,8 +11,8 @@ order:
    function and one ``BlobWatcher`` per blob-triggered one (``maxDegreeOfParallelism`` bounds
    all blob invocations together); each invocation runs in its telemetry span;
 3. ``await stop(grace)`` - no new message or blob is taken; invocations in flight get
-   ``grace`` seconds, then the clients close (a message still running reappears after its
-   lease, as after a crash).
+   ``grace`` seconds (a message still running reappears after its lease, as after a crash);
+   ``await close()`` then closes the clients, once the host has asked its last ``backlog``.
 
 ``running`` counts invocations in flight (the idle watch reads it); ``backlog()`` reports each
 queue trigger's queue length and oldest message age and each blob trigger's unhandled blobs
@@ -197,6 +197,9 @@ class StorageExtension:
             for task in late:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        """After ``stop`` and the last ``backlog`` (the idle exit's wake time asks it)."""
         if bindings.current() is not None:
             bindings.install(None)
         await self.accounts.close()
