@@ -76,6 +76,5 @@ def test_each_blob_runs_once_with_two_hosts_and_a_restart_and_a_failing_one_is_p
     found = list(
         receipts.list_blobs(f"blobreceipts/{host_id}/Host.Functions.on_bad/", include=["metadata"])
     )
-    assert [(b.name.endswith(f"/bad/{bad}"), b.metadata["Attempts"]) for b in found] == [
-        (True, "2")
-    ]
+    # (Other tests' bad blobs share the container: this host id has receipts for them too.)
+    assert [b.metadata["Attempts"] for b in found if b.name.endswith(f"/bad/{bad}")] == ["2"]
