@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 from azure.core.exceptions import ResourceNotFoundError
 
+from tests.browser import DevTools, browser, needs_chromium  # noqa: F401 - browser: a fixture
 from tests.harness import APPS, ROOT, HostProcess, store_specs, wait_for
 from tests.host.storage_support import APP, Account, env, module_host, unique
+from tests.screenshots import save, window
 
 
 @pytest.fixture(scope="module", params=store_specs())
@@ -167,3 +169,20 @@ def test_next_wake_counts_a_message_waiting_for_a_queue_trigger(
     account.send(queue, "wake up")
 
     assert next_wake()["runnable"] is True
+
+
+@needs_chromium
+def test_the_dashboard_page_shows_the_queues_and_blobs(
+    host: HostProcess,
+    browser: DevTools,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+):
+    browser.open(f"{host.base_url}/admin/dashboard#/storage")
+    window(browser)
+    cell = "document.querySelector('tr[data-function=on_job] td.waiting')?.textContent ?? ''"
+    wait_for(lambda: browser.evaluate(cell).isdigit(), 30, "the on_job row with its backlog")
+    rows = browser.evaluate(
+        "[...document.querySelectorAll('#storage tbody tr')].map(tr => tr.dataset.function)"
+    )
+    assert {"on_job", "on_failing", "on_slow", "on_sample", "on_bad"} <= set(rows)
+    save(browser, tmp_path, "dashboard-storage")
