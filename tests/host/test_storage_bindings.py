@@ -62,6 +62,16 @@ def test_a_failing_function_writes_none_of_its_outputs(host: HostProcess, accoun
     assert not any(name in m for m in account.messages("jobs"))
 
 
+def test_a_storage_error_fails_the_invocation_not_the_host(host: HostProcess, account: Account):
+    # "echo-{who}" resolves to a queue name the queue service refuses (a double hyphen).
+    refused = host.post("/api/echo/bad--name", {"greeting": "hi"})
+
+    assert refused.status == 500 and refused.json()["error"] == "function_failed"
+    who = unique("w")
+    assert host.post(f"/api/echo/{who}", {"greeting": "still"}).status == 200
+    assert account.messages(f"echo-{who}") == [f"still {who}"]
+
+
 def test_bytes_and_input_stream_inputs_and_a_generic_blob_output(
     host: HostProcess, account: Account
 ):
