@@ -78,3 +78,23 @@ def test_each_blob_runs_once_with_two_hosts_and_a_restart_and_a_failing_one_is_p
     )
     # (Other tests' bad blobs share the container: this host id has receipts for them too.)
     assert [b.metadata["Attempts"] for b in found if b.name.endswith(f"/bad/{bad}")] == ["2"]
+
+
+def test_a_blob_written_by_an_output_binding_wakes_the_blob_trigger(
+    make_host, storage_account: str
+):
+    """Scans a minute apart here: the blob's run comes from the host's own write, at once."""
+    account = Account(storage_account)
+    settings = env(
+        storage_account,
+        AzureFunctionsWebHost__hostid=unique("host-"),
+        DURABLE_HOST_BLOB_SCAN_SECONDS="60",
+    )
+    host = make_host(APP, env=settings).start()
+    wait_for(lambda: scans(host) >= 1, 30, "the first scan")
+    name = unique("w")
+
+    assert host.request("PUT", f"/api/samples/{name}", raw=b"chained").status == 200
+
+    done = as_json(account.wait_blob("processed", f"{name}.txt", 20))
+    assert done["upper"] == "CHAINED"

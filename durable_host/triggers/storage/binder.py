@@ -18,7 +18,9 @@ in the order the app declares them; a function that raised writes nothing. A wri
 fails fails the invocation (an HTTP 500, a failed activity, a queue message tried again):
 
 * **blob output** - ``str`` (UTF-8), ``bytes`` or a readable object, replacing the blob; the
-  container is created when missing.
+  container is created when missing. A blob written to a container this host's blob
+  trigger watches wakes that watcher at once (the extension's blob-written watcher), so a
+  chain of blob functions does not wait for the next scan.
 * **queue output** - one message or a list (``str``, ``bytes``, ``func.QueueMessage``), each
   encoded as ``extensions.queues.messageEncoding`` says; the queue is created when missing. A
   message for a queue this host's queue trigger listens to wakes that listener at once (as
@@ -120,12 +122,13 @@ class StorageBinder:
         plan: Mapping[str, list[Binding]],
         accounts: Accounts,
         message_encoding: str,
-        notify: Callable[[str, str], None] | None = None,
+        notify: Callable[[str, str, str], None] | None = None,
     ) -> None:
         self.plan = plan
         self.accounts = accounts
         self.encoding = message_encoding
-        self.notify = notify  # (connection, queue): a message was just sent there
+        # (kind, connection, queue or container): a message or blob was just written there
+        self.notify = notify
 
     def handles(self, info: FunctionInfo) -> bool:
         return any(not b.type.endswith("Trigger") for b in self.plan.get(info.name, ()))
@@ -219,6 +222,8 @@ class StorageBinder:
         except ResourceNotFoundError:
             await _create(service.create_container(container))
             await service.get_blob_client(container, name).upload_blob(data, overwrite=True)
+        if self.notify is not None:
+            self.notify("blob", binding.connection.name, container)
 
     async def write_queue(self, binding: Binding, value: Any, metadata: Mapping[str, Any]) -> None:
         items = value if isinstance(value, (list, tuple)) else [value]
@@ -242,7 +247,7 @@ class StorageBinder:
                 await _create(queue.create_queue())
                 await queue.send_message(text)
         if self.notify is not None and bodies:
-            self.notify(binding.connection.name, name)
+            self.notify("queue", binding.connection.name, name)
 
     async def write_table(self, binding: Binding, value: Any, metadata: Mapping[str, Any]) -> None:
         if isinstance(value, (str, bytes)):

@@ -3,8 +3,9 @@
 **Scan.** One watcher per blob-triggered function lists its container (from the path's
 literal prefix) every ``DURABLE_HOST_BLOB_SCAN_SECONDS`` (10 s by default) and matches each
 name against the path pattern (``samples/{name}.txt``); a blob this host writes through an
-output binding is not announced, so the latency of a trigger is at most one scan interval
-plus the function's queueing behind ``maxDegreeOfParallelism`` (the extension's polling
+output binding wakes the watcher of its container at once (the extension's blob-written
+watcher). The latency of a trigger is at most one scan interval plus the function's queueing
+behind ``maxDegreeOfParallelism`` (the extension's polling
 scan has minutes of latency on its default plans; its Event Grid source is not run here).
 A listing costs one request per 5,000 blobs; a blob already handled costs nothing after the
 first scan of a process (this process remembers it), and one receipt read after a restart.
@@ -89,12 +90,14 @@ class BlobWatcher:
         self.stats = {"succeeded": 0, "failed": 0, "poisoned": 0, "scans": 0}
         self.pending = 0  # matching blobs not yet handled at the last scan
         self._stop = asyncio.Event()
+        self._wake = asyncio.Event()  # set by ``stop`` and ``notify``
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         with contextlib.suppress(ResourceExistsError):
             await self.blobs.create_container(RECEIPTS)
         while not self._stop.is_set():
+            self._wake.clear()  # before the scan: a blob written meanwhile wakes the next one
             try:
                 await self.scan()
             except asyncio.CancelledError:
@@ -102,12 +105,17 @@ class BlobWatcher:
             except Exception as exc:  # noqa: BLE001 - a storage outage must not end the watcher
                 log.warning("blob trigger %s: scan failed: %s", self.info.name, exc)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.options.scan_seconds)
+                await asyncio.wait_for(self._wake.wait(), self.options.scan_seconds)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
+
+    def notify(self) -> None:
+        """A blob was just written to the container: scan now, not at the next interval."""
+        self._wake.set()
 
     async def scan(self, *, dry: bool = False) -> None:
         """Take every matching blob not handled yet; ``dry``: only count them in ``pending``."""

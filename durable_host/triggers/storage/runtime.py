@@ -160,10 +160,16 @@ class StorageExtension:
                 )
                 self.watchers.append(watcher)
 
-    def _notify(self, connection: str, queue: str) -> None:
-        for listener in self.listeners:
-            if listener.binding.connection.name == connection and listener.queue_name == queue:
-                listener.notify()
+    def _notify(self, kind: str, connection: str, where: str) -> None:
+        """A message or blob this host just wrote: wake the listener or watcher of it."""
+        if kind == "queue":
+            for listener in self.listeners:
+                if listener.binding.connection.name == connection and listener.queue_name == where:
+                    listener.notify()
+            return
+        for watcher in self.watchers:
+            if watcher.binding.connection.name == connection and watcher.binding.container == where:
+                watcher.notify()
 
     async def _invoke(
         self, kind: str, info: FunctionInfo, value: Any, metadata: dict[str, Any]

@@ -51,6 +51,13 @@ def write_text(req: func.HttpRequest, out: func.Out[str], jobs: func.Out[list[st
     return "stored"
 
 
+@app.route(route="samples/{name}", methods=["PUT"])
+@app.blob_output(arg_name="out", path="samples/{name}.txt", connection=CONN)
+def write_sample(req: func.HttpRequest, out: func.Out[str]) -> str:
+    out.set(req.get_body().decode())
+    return "stored"
+
+
 @app.route(route="raw/{name}", methods=["GET"])
 @app.blob_input(arg_name="data", path="raw/{name}", connection=CONN, data_type=func.DataType.BINARY)
 def read_bytes(req: func.HttpRequest, data: bytes | None) -> func.HttpResponse:
