@@ -98,6 +98,10 @@ def test_expressions_setting_datetime_rand_guid_route_and_json_body(
     assert host.post(f"/api/echo/{who}", {"greeting": "hi"}).status == 200
 
     assert account.messages(f"echo-{who}") == [f"hi {who}"]
+    # A JSON body's property and a query parameter name the blob.
+    name = unique("b")
+    assert host.post("/api/named?v=7", {"filename": name}).status == 200
+    assert account.blob("files", f"{name}-7.txt") == b"named by the body and the query"
 
 
 def test_table_output_single_input_and_filtered_query_with_take(

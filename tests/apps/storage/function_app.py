@@ -89,6 +89,13 @@ def stamp(req: func.HttpRequest, out: func.Out[str]) -> str:
     return "ok"
 
 
+@app.route(route="named", methods=["POST"])
+@app.blob_output(arg_name="out", path="files/{filename}-{Query.v}.txt", connection=CONN)
+def from_body(req: func.HttpRequest, out: func.Out[str]) -> str:
+    out.set("named by the body and the query")
+    return "ok"
+
+
 @app.route(route="echo/{who}", methods=["POST"])
 @app.queue_output(arg_name="q", queue_name="echo-{who}", connection=CONN)
 def echo(req: func.HttpRequest, q: func.Out[str]) -> str:
