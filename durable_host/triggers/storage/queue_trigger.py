@@ -122,6 +122,8 @@ class QueueListener:
             try:
                 while len(self.in_flight) > self.options.new_batch_threshold:
                     await asyncio.wait(self.in_flight, return_when=asyncio.FIRST_COMPLETED)
+                if self._stopping:
+                    break  # stopping: take no new message
                 found = await self._receive()
             except asyncio.CancelledError:
                 raise
