@@ -27,8 +27,11 @@ fails fails the invocation (an HTTP 500, a failed activity, a queue message trie
   the extension's shared queue watcher does), so a chain of queue functions does not wait
   for the next poll.
 * **table output** - an entity or a list of entities (JSON text, a dict or a list), each with
-  the binding's ``partitionKey`` / ``rowKey`` where it has none; written with an upsert
-  (insert or replace).
+  the binding's ``partitionKey`` / ``rowKey`` where it has none, written as the extension's
+  ``TableEntityWriter`` does: one transaction per partition (at most 100 entities, a row key
+  once per transaction); an entity without an ``ETag`` is inserted (one that exists fails the
+  write), ``"ETag": "*"`` replaces it whatever it holds, another ETag replaces it only if
+  unchanged; the table is created when missing.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import azure.functions as func
-from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
+from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.functions.blob import InputStream
 
 from durable_host.functions.loader import FunctionInfo
@@ -256,6 +259,8 @@ class StorageBinder:
         table_name = expressions.resolve(binding.table, metadata)
         service = self.accounts.tables(binding.connection.name)
         table = service.get_table_client(table_name)
+        batches: list[list[tuple[Any, ...]]] = []
+        open_batch: dict[str, tuple[list[tuple[Any, ...]], set[str]]] = {}
         for entity in entities:
             if not isinstance(entity, dict):
                 raise TypeError(f"table output '{binding.name}' takes JSON objects")
@@ -269,11 +274,48 @@ class StorageBinder:
                     f"table output '{binding.name}': an entity needs PartitionKey and RowKey"
                 )
             row.pop("Timestamp", None)
+            pk, rk = str(row["PartitionKey"]), str(row["RowKey"])
+            found = open_batch.get(pk)
+            # One transaction per partition, at most 100 rows, each row key once in it.
+            if found is None or rk in found[1] or len(found[0]) >= TABLE_BATCH:
+                found = ([], set())
+                open_batch[pk] = found
+                batches.append(found[0])
+            found[0].append(_table_action(row))
+            found[1].add(rk)
+        for batch in batches:
             try:
-                await table.upsert_entity(row)
-            except ResourceNotFoundError:
+                await table.submit_transaction(batch)
+            except HttpResponseError as exc:  # a transaction's errors are not typed by status
+                if exc.status_code != 404 or "TableNotFound" not in str(exc):
+                    raise
                 await _create(service.create_table(table_name))
-                await table.upsert_entity(row)
+                await table.submit_transaction(batch)
+
+
+TABLE_BATCH = 100  # entities in one entity-group transaction (the service's limit)
+
+
+def _table_action(row: dict[str, Any]) -> tuple[Any, ...]:
+    """How the extension writes an entity: no ETag - insert (a row that exists fails the
+    write); ETag ``*`` - upsert replacing the row; another ETag - replace if unchanged."""
+    from azure.core import MatchConditions
+    from azure.data.tables import UpdateMode
+
+    etag = row.pop("ETag", None) or row.pop("odata.etag", None)
+    if not etag:
+        return ("create", row)
+    if etag == "*":
+        return ("upsert", row, {"mode": UpdateMode.REPLACE})
+    return (
+        "update",
+        row,
+        {
+            "mode": UpdateMode.REPLACE,
+            "etag": etag,
+            "match_condition": MatchConditions.IfNotModified,
+        },
+    )
 
 
 async def _create(coro: Any) -> None:
