@@ -119,10 +119,15 @@ def test_table_output_single_input_and_filtered_query_with_take(
     rows = json.loads(host.get(f"/api/people/{pk}").body)
     assert len(rows) == 2 and all(r["Age"] > 20 for r in rows)  # filter, then take=2
     # As the extension writes: without an ETag an insert (the row exists: the write fails),
-    # with "ETag": "*" a replace.
+    # with "odata.etag": "*" a replace, with the ETag read a replace only if unchanged.
     assert host.request("PUT", f"/api/people/{pk}/c", {"Age": 41}).status == 500
-    assert host.request("PUT", f"/api/people/{pk}/c", {"Age": 42, "ETag": "*"}).status == 200
-    assert json.loads(host.get(f"/api/people/{pk}/c").body)["Age"] == 42
+    star = {"Age": 42, "odata.etag": "*"}
+    assert host.request("PUT", f"/api/people/{pk}/c", star).status == 200
+    read = json.loads(host.get(f"/api/people/{pk}/c").body)
+    assert read["Age"] == 42 and read["odata.etag"]
+    changed = {"Age": 43, "odata.etag": read["odata.etag"]}
+    assert host.request("PUT", f"/api/people/{pk}/c", changed).status == 200
+    assert host.request("PUT", f"/api/people/{pk}/c", changed).status == 500  # stale ETag
 
 
 def test_an_activity_and_a_client_function_carry_bindings(host: HostProcess, account: Account):

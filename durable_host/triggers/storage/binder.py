@@ -29,9 +29,10 @@ fails fails the invocation (an HTTP 500, a failed activity, a queue message trie
 * **table output** - an entity or a list of entities (JSON text, a dict or a list), each with
   the binding's ``partitionKey`` / ``rowKey`` where it has none, written as the extension's
   ``TableEntityWriter`` does: one transaction per partition (at most 100 entities, a row key
-  once per transaction); an entity without an ``ETag`` is inserted (one that exists fails the
-  write), ``"ETag": "*"`` replaces it whatever it holds, another ETag replaces it only if
-  unchanged; the table is created when missing.
+  once per transaction); an entity without an ``odata.etag`` is inserted (one that exists
+  fails the write), ``"odata.etag": "*"`` replaces it whatever it holds, another ETag replaces
+  it only if unchanged; the table is created when missing. Table input entities carry their
+  ``odata.etag``, so reading, changing and writing one back is a conditional replace.
 """
 
 from __future__ import annotations
@@ -102,9 +103,11 @@ def entity_json(entity: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in entity.items():
         out[key] = _plain(value)
-    stamp = getattr(entity, "metadata", {}).get("timestamp")
-    if stamp is not None:
-        out["Timestamp"] = _plain(stamp)
+    found = getattr(entity, "metadata", {})
+    if found.get("timestamp") is not None:
+        out["Timestamp"] = _plain(found["timestamp"])
+    if found.get("etag"):
+        out["odata.etag"] = found["etag"]  # the extension's JSON carries every entity key
     return out
 
 
@@ -265,6 +268,11 @@ class StorageBinder:
             if not isinstance(entity, dict):
                 raise TypeError(f"table output '{binding.name}' takes JSON objects")
             row = dict(entity)
+            # The entity's own keys (any case) win over the binding's.
+            for key in ("PartitionKey", "RowKey"):
+                given = next((k for k in row if k.lower() == key.lower()), None)
+                if given is not None:
+                    row[key] = row.pop(given)
             if "PartitionKey" not in row and binding.partition_key:
                 row["PartitionKey"] = expressions.resolve(binding.partition_key, metadata)
             if "RowKey" not in row and binding.row_key:
@@ -297,12 +305,13 @@ TABLE_BATCH = 100  # entities in one entity-group transaction (the service's lim
 
 
 def _table_action(row: dict[str, Any]) -> tuple[Any, ...]:
-    """How the extension writes an entity: no ETag - insert (a row that exists fails the
-    write); ETag ``*`` - upsert replacing the row; another ETag - replace if unchanged."""
+    """How the extension writes an entity (its ETag is the ``odata.etag`` key, as in a
+    ``TableEntity``): none - insert (a row that exists fails the write); ``*`` - upsert
+    replacing the row; another - replace if unchanged."""
     from azure.core import MatchConditions
     from azure.data.tables import UpdateMode
 
-    etag = row.pop("ETag", None) or row.pop("odata.etag", None)
+    etag = row.pop("odata.etag", None)
     if not etag:
         return ("create", row)
     if etag == "*":
