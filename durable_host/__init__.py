@@ -20,8 +20,8 @@ below it (``tests/unit/durable_host/test_layering.py`` checks the directions):
 * ``engine``    the work loops: episodes from read to commit, attempts, activities, the
                 durable client operations.
 * ``http``      the HTTP front door: listener, limits, CORS, keys and their routes.
-* ``triggers``  one module per Functions extension the host runs (HTTP, timer, Durable)
-                and the wake-up contract over all of them.
+* ``triggers``  one module per Functions extension the host runs (HTTP, timer, Durable,
+                Storage) and the wake-up contract over all of them.
 * ``dashboard``, ``transfer``  the operator's page and moving a hub between stores.
 
 The top-level modules are the composition and the public entry points: ``host`` (one host

@@ -41,7 +41,7 @@ from typing import Any, NoReturn
 from durable_host.engine import replay_check as replay_check_mod
 from durable_host.functions import config as config_mod
 from durable_host.functions import loader, local_settings
-from durable_host.host import STARTUP_ERRORS, Host
+from durable_host.host import STARTUP_ERRORS, Host, storage_extension
 from durable_host.http import keys as keys_mod
 from durable_host.ops import logs
 from durable_host.store.factory import open_store
@@ -232,12 +232,21 @@ async def next_wake(args: argparse.Namespace) -> int:
     try:
         app_dir = Path(args.app_dir).resolve()
         config_mod.apply_local_settings(app_dir)
-        specs = timer_triggers.plan(loader.load_app(app_dir), os.environ, datetime.now(UTC))
-        store = open_store(args.store, config_mod.load(app_dir), read_only=True)
+        index = loader.load_app(app_dir)
+        specs = timer_triggers.plan(index, os.environ, datetime.now(UTC))
+        cfg = config_mod.load(app_dir)
+        storage = storage_extension(index, app_dir, cfg.hub_name)
+        store = open_store(args.store, cfg, read_only=True)
         await store.open()
         try:
-            info = await wake.describe(store, specs)
+            if storage is not None:  # queue and blob triggers: their waiting work counts too
+                await storage.open()
+                await storage.survey()
+            info = await wake.describe(store, specs, storage=storage)
         finally:
+            if storage is not None:
+                await storage.stop(0)
+                await storage.close()
             await store.close()
     except STARTUP_ERRORS as exc:
         print(f"durable host: {exc}", file=sys.stderr)

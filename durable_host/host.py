@@ -60,6 +60,20 @@ STARTUP_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
+def storage_extension(index: loader.AppIndex, app_dir: Path, hub: str) -> Any:
+    """The Storage extension when the app has storage bindings or triggers (checked now, before
+    the store opens), else None: its SDKs are imported only for an app that uses them."""
+    if not any(
+        str(b.get("type", "")) in ("blob", "queue", "table", "queueTrigger", "blobTrigger")
+        for info in startup_report.all_functions(index)
+        for b in info.bindings
+    ):
+        return None
+    from durable_host.triggers.storage.runtime import StorageExtension
+
+    return StorageExtension.plan_for(index, os.environ, app_dir, hub)
+
+
 @dataclass
 class Host:
     app_dir: Path
@@ -102,6 +116,7 @@ class Host:
         limits = Limits.from_env()
         index = startup_report.select(loader.load_app(self.app_dir), self.functions)
         self.timer_specs = timer_triggers.plan(index, os.environ, datetime.now(UTC))
+        self.storage = storage_extension(index, self.app_dir, self.config.hub_name)
         self.idle = asyncio.Event()
         self.timers: timer_triggers.TimerTriggers | None = None
         self.idle_watch: wake.IdleWatch | None = None
@@ -114,6 +129,8 @@ class Host:
             serve_versions(self.engine.parking, set(index.activities))
         log.info("%s", telemetry_line)  # after the checks whose failure is one line alone
         await self.store.open()
+        if self.storage is not None:  # bindings are read and written from the first invocation
+            await self.storage.open()
         keys = Keys(self.store, os.environ) if auth_on else None
         if keys is not None:
             await keys.load()
@@ -130,7 +147,8 @@ class Host:
             gate=self.gate,
             key_routes=KeyRoutes(keys, [f.name for f in index.http]) if keys else None,
             limits=limits,
-            dashboard=Dashboard(self.client, self.config.hub_name),
+            dashboard=Dashboard(self.client, self.config.hub_name, self.storage),
+            storage=self.storage,
         )
         if self.cors:
             app.middlewares.insert(0, cors.middleware(self.cors, self.cors_credentials))
@@ -174,10 +192,19 @@ class Host:
             self.timer_specs, self.store, lambda: self.engine.client_json(), str(self.app_dir)
         )
         self.timers.start()
+        storage = self.storage
+        if storage is not None:
+            storage.start(lambda: self.engine.client_json())
         if self.exit_when_idle is not None:
             timers = self.timers
             self.idle_watch = wake.IdleWatch(
-                self.exit_when_idle, lambda: self.engine.busy() or timers.running > 0, self.idle.set
+                self.exit_when_idle,
+                lambda: (
+                    self.engine.busy()
+                    or timers.running > 0
+                    or (storage is not None and storage.running > 0)
+                ),
+                self.idle.set,
             )
             self.idle_watch.start()
 
@@ -192,14 +219,18 @@ class Host:
             self.idle_watch.stop()
         if self.timers is not None:
             await self.timers.stop()
+        if self.storage is not None:
+            await self.storage.stop(self.grace)
         await self.engine.stop(self.grace)
         await self._runner.cleanup()
         if self.exit_when_idle is not None and self.fatal is None:
             # Asked only now that nothing can add work: the answer is the store's last word.
             try:
-                self.wake = await wake.describe(self.store, self.timer_specs)
+                self.wake = await wake.describe(self.store, self.timer_specs, storage=self.storage)
             except StoreError as exc:  # unsure: a waker that comes back at once loses nothing
                 log.warning("could not read the next wake time (%s); announcing now", exc)
                 self.wake = {"next_wake": h.format_time(datetime.now(UTC)), "error": str(exc)}
+        if self.storage is not None:
+            await self.storage.close()
         await self.store.close()
         telemetry.shutdown()  # flush what the exporters still hold

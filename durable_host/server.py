@@ -12,6 +12,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from aiohttp import web
 
@@ -25,6 +26,7 @@ from durable_host.ops import telemetry
 from durable_host.store.base import StoreError
 from durable_host.triggers.durable import RPC_BASE, WEBHOOK_BASE, ManagementApi, management_urls
 from durable_host.triggers.http import FunctionRoutes
+from durable_host.triggers.storage.scale import merge as storage_scale
 
 log = logging.getLogger("durable_host.http")
 MAX_REQUEST = Limits().max_request_bytes  # bodies are read by limits.read_body, bounded there
@@ -95,8 +97,11 @@ def build_app(
     key_routes: KeyRoutes | None = None,
     limits: Limits | None = None,
     dashboard: Dashboard | None = None,
+    storage: Any = None,
 ) -> web.Application:
-    """``public_base``: the origin of every link; ``local_base``: that of ``rpcBaseUrl``."""
+    """``public_base``: the origin of every link; ``local_base``: that of ``rpcBaseUrl``;
+    ``storage``: the Storage extension (``triggers/storage``), whose queue and blob backlog
+    joins the scale signal."""
     gate = gate or Gate(None, enabled=False)
     limits = limits or Limits()
     management = ManagementApi(client, hub, public_base, gate.link_code, limits)
@@ -126,7 +131,11 @@ def build_app(
                 return web.json_response(
                     {"error": "method_not_allowed", "message": "use GET"}, status=405
                 )
-            return web.json_response(await scale.answer(client.engine, datetime.now(UTC)))
+            now = datetime.now(UTC)
+            answer = await scale.answer(client.engine, now)
+            if storage is not None:
+                answer = storage_scale(answer, await storage.backlog(now))
+            return web.json_response(answer)
         if path == "/admin/host/metrics":
             return web.json_response(client.engine.metrics())
         if key_routes is not None and key_routes.owns(path):

@@ -7,7 +7,7 @@ host reads it (``settings``), builds ``azure-identity`` credentials for the iden
 the role assignments they need: ``docs/deploy.md``.
 """
 
-from functions_connections.clients import blob_service, table_service
+from functions_connections.clients import blob_service, queue_service, table_service
 from functions_connections.credentials import (
     AsyncCredential,
     ClearCredential,
@@ -33,6 +33,7 @@ __all__ = [
     "credential",
     "credential_for",
     "forget_credentials",
+    "queue_service",
     "read_connection",
     "table_service",
     "token_provider",

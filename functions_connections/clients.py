@@ -5,8 +5,8 @@ service clients (the async ones from ``.aio`` with ``aio=True``) for a ``Storage
 or a plain connection string, passing ``options`` (timeouts, retry
 settings, hooks) through. An identity-based connection gets the process's credential
 (``credentials``). A malformed connection string raises ``ConnectionSettingError`` naming the
-setting, without quoting it (it holds the account key). Queues: neither the app nor the
-durable host uses one (the Durable extension reads ``__queueServiceUri`` itself).
+setting, without quoting it (it holds the account key). ``queue_service`` serves the host's
+Storage extension (queue triggers and queue outputs); the app itself uses no queue.
 """
 
 from __future__ import annotations
@@ -25,6 +25,16 @@ def blob_service(connection: StorageConnection | str, *, aio: bool = False, **op
     from azure.storage.blob import BlobServiceClient
 
     return _build(BlobServiceClient, connection, "blob", aio, options)
+
+
+def queue_service(connection: StorageConnection | str, *, aio: bool = False, **options: Any) -> Any:
+    if aio:
+        from azure.storage.queue.aio import QueueServiceClient as AsyncQueues
+
+        return _build(AsyncQueues, connection, "queue", aio, options)
+    from azure.storage.queue import QueueServiceClient
+
+    return _build(QueueServiceClient, connection, "queue", aio, options)
 
 
 def table_service(connection: StorageConnection | str, *, aio: bool = False, **options: Any) -> Any:

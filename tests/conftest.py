@@ -43,6 +43,21 @@ def azurite_connection(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
     emulator.stop()
 
 
+@pytest.fixture(scope="session")
+def storage_account(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An Azurite for the Storage extension's bindings and triggers, whatever the stores under
+    test: the session's when azure is among them, else one of its own (in memory, free ports)."""
+    if "azure" in store_specs():
+        yield os.environ["AzureWebJobsStorage"]
+        return
+    from durable_host.ops import azurite
+
+    log = tmp_path_factory.mktemp("azurite-bindings") / "azurite.log"
+    emulator = azurite.start(None, azurite.free_ports(3), in_memory=True, log=log)
+    yield emulator.connection_string
+    emulator.stop()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _azure_storage_for_hosts(request: pytest.FixtureRequest) -> Iterator[None]:
     """With azure among the stores under test, export the session Azurite's connection

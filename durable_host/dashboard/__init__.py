@@ -22,6 +22,8 @@ every other client has. The read API (bad parameters answer 400 with a message n
 * ``api/instances/{id}``: the status with its history, ``parentInstanceId`` and
   ``subOrchestrations`` (``listing.py`` says where each comes from);
 * ``api/timers``: the app's timer triggers, their schedules, last and next occurrence;
+* ``api/storage``: the app's queue- and blob-triggered functions with their backlog (queue
+  length and oldest message age; blobs not yet handled), from the Storage extension;
 * ``api/entities``: the entities of one entity function, with their state.
 """
 
@@ -57,9 +59,10 @@ def _static(name: str) -> bytes:
 
 
 class Dashboard:
-    def __init__(self, client: DurableClient, hub: str) -> None:
+    def __init__(self, client: DurableClient, hub: str, storage: Any = None) -> None:
         self.client = client
         self.hub = hub
+        self.storage = storage  # the Storage extension (triggers/storage), if the app uses it
 
     @staticmethod
     def owns(path: str) -> bool:
@@ -84,6 +87,8 @@ class Dashboard:
                 return web.json_response(await self._counts(request))
             if rest == "api/timers":
                 return web.json_response(await self._timers())
+            if rest == "api/storage":
+                return web.json_response(await self._storage())
             if rest == "api/entities":
                 return web.json_response(await self._entities(request))
         except ClientError as error:
@@ -256,6 +261,27 @@ class Dashboard:
             )
         zone = environ.get("WEBSITE_TIME_ZONE") or "UTC"
         return {"timers": rows, "timeZone": zone, "now": history.format_time(now)}
+
+    async def _storage(self) -> dict[str, Any]:
+        index = self.client.engine.index
+        found = await self.storage.backlog() if self.storage is not None else {}
+        queues = {q["function"]: q for q in found.get("queues", [])}
+        blobs = {b["function"]: b for b in found.get("blobs", [])}
+        rows = []
+        for info in index.storage:
+            trigger = info.trigger()
+            queue, blob = queues.get(info.name, {}), blobs.get(info.name, {})
+            rows.append(
+                {
+                    "name": info.name,
+                    "trigger": trigger.get("type"),
+                    "source": trigger.get("queueName") or trigger.get("path") or "",
+                    "disabled": bool(info.disabled),
+                    "waiting": queue.get("length", blob.get("pending")),
+                    "oldestAgeSeconds": queue.get("oldestAgeSeconds"),
+                }
+            )
+        return {"functions": rows}
 
     async def _entities(self, request: web.Request) -> dict[str, Any]:
         name = request.query.get("name", "")

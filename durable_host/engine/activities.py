@@ -90,8 +90,18 @@ async def _dispatch(
         meta.Datum(value=work.input_json if work.input_json is not None else "null", type="json"),
         trigger_metadata=None,
     )
-    kwargs = invocation.build_kwargs(info, value, client_json, app_dir)
-    result = await invocation.call(info.fn, kwargs, daemon=True)
+    # Binding data of an activity: its input's properties when the input is a JSON object.
+    result = await invocation.invoke(
+        info,
+        value,
+        client_json,
+        app_dir,
+        metadata=lambda: {
+            "instanceId": work.instance_id,
+            **(value if isinstance(value, dict) else {}),
+        },
+        daemon=True,
+    )
     encoded = ActivityTriggerConverter.encode(result, expected_type=None).value
     # The extension stores the output re-serialized compactly.
     return json.dumps(json.loads(encoded), separators=(",", ":"))

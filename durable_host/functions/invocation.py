@@ -9,6 +9,9 @@ runs a sync function on a daemon thread instead of the shared pool: nothing can 
 Python thread, so a function that outlives its timeout or the host's stop is left to run,
 its result is discarded, and the process can still exit. Those daemon threads are reused
 (``_DaemonThreads``): starting an OS thread per activity cost more than a no-op activity.
+
+``invoke`` is ``build_kwargs`` + ``call`` with the bindings of extensions (``bindings``):
+their inputs are read before the call and their outputs written only after it succeeded.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 import azure.functions as func
 
+from durable_host.functions import bindings
 from durable_host.functions.loader import FunctionInfo
 
 
@@ -81,6 +85,30 @@ def build_kwargs(
     if "context" not in names and _takes_context(info.fn):
         kwargs["context"] = _Context(info.name, app_dir)
     return kwargs
+
+
+async def invoke(
+    info: FunctionInfo,
+    trigger_value: Any,
+    client_json: Callable[[], str],
+    app_dir: str,
+    *,
+    metadata: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
+    daemon: bool = False,
+) -> Any:
+    """Call ``info`` with its trigger value and every binding (see the module docstring);
+    ``metadata`` is the trigger's binding data, for the bindings' ``{name}`` expressions (a
+    callable is asked only when the function has such bindings: an HTTP body is parsed for
+    them, not for every request)."""
+    kwargs = build_kwargs(info, trigger_value, client_json, app_dir)
+    binder = bindings.current()
+    if binder is None or not binder.handles(info):
+        return await call(info.fn, kwargs, daemon=daemon)
+    data = metadata() if callable(metadata) else metadata
+    prepared = await binder.prepare(info, data or {})
+    kwargs.update(prepared.kwargs)
+    result = await call(info.fn, kwargs, daemon=daemon)
+    return await prepared.succeeded(result)
 
 
 @functools.cache

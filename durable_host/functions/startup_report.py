@@ -6,11 +6,13 @@ Also the two start-up checks that belong with that list (pure, given the app ind
 
 * ``--functions a,b``: only those functions are served; a name the app does not define is
   an error (Core Tools ignores it, which hides typos).
-* A served function with a binding the host does not implement (a blob input, a queue
-  output...) would be called with a parameter missing, so the host refuses to start and
-  names the function and the binding; leave the function out with ``--functions`` to serve
-  the rest. A function whose *trigger* the host does not run (a queue or blob trigger) is
-  only listed as not run: nothing calls it, so serving the others is safe.
+* A served function with a binding the host does not implement (a Cosmos DB input, a
+  Service Bus output...) would be called with a parameter missing, so the host refuses to
+  start and names the function and the binding; leave the function out with ``--functions``
+  to serve the rest. A function whose *trigger* the host does not run (an Event Hubs
+  trigger) is only listed as not run: nothing calls it, so serving the others is safe.
+  Blob, queue and table bindings and queue and blob triggers are the Storage extension's
+  (``triggers/storage``), which checks them further.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ SUPPORTED_IN = {
     "activityTrigger",
     "entityTrigger",
     "durableClient",
+    "blob",  # the Storage extension (triggers/storage)
+    "table",
 }
-SUPPORTED_OUT = {"http"}
+SUPPORTED_OUT = {"http", "blob", "queue", "table"}
 TRIGGER_NAMES = {
     "http": "httpTrigger",
     "orchestrator": "orchestrationTrigger",
@@ -70,6 +74,7 @@ def all_functions(index: AppIndex) -> list[FunctionInfo]:
         *index.activities.values(),
         *index.entities.values(),
         *index.timers,
+        *index.storage,
         *index.other,
     ]
 
@@ -96,6 +101,7 @@ def select(index: AppIndex, names: Iterable[str] | None) -> AppIndex:
         activities={k: f for k, f in index.activities.items() if keep(f)},
         entities={k: f for k, f in index.entities.items() if keep(f)},
         timers=[f for f in index.timers if keep(f)],
+        storage=[f for f in index.storage if keep(f)],
         other=[f for f in index.other if keep(f)],
     )
     for info in all_functions(dataclasses.replace(chosen, other=[])):
@@ -142,6 +148,10 @@ def function_lines(index: AppIndex, base: str, route_prefix: str) -> list[str]:
     for info in index.timers:
         schedule = info.trigger().get("schedule", "")
         lines.append(f"  {info.name}: timerTrigger ({schedule}){_disabled(info)}")
+    for info in index.storage:
+        trigger = info.trigger()
+        source = trigger.get("queueName") or trigger.get("path") or ""
+        lines.append(f"  {info.name}: {trigger.get('type')} ({source}){_disabled(info)}")
     lines += [
         "Durable client routes:",
         f"  instances: [GET,DELETE] {base}{WEBHOOK}/instances[/{{id}}]",

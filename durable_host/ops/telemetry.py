@@ -504,6 +504,31 @@ async def run_function(name: str, route: str, method: str, call: Awaitable[T]) -
         return result
 
 
+async def run_trigger(name: str, trigger: str, attributes: dict[str, Any], call: Awaitable[T]) -> T:
+    """Await ``call`` (a queue- or blob-triggered function) inside its CONSUMER span, named
+    ``<trigger> <function>`` (``faas.trigger`` ``pubsub`` for a queue, ``datasource`` for a blob)."""
+    state = _state
+    if state is None:
+        return await call
+    with state.tracer.start_as_current_span(
+        f"{trigger} {name}",
+        kind=SpanKind.CONSUMER,
+        attributes={
+            "faas.trigger": "pubsub" if trigger == "queue" else "datasource",
+            "faas.invoked_name": name,
+            **attributes,
+        },
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            return await call
+        except BaseException as exc:
+            span.set_attribute("error.type", type(exc).__qualname__)
+            span.set_status(StatusCode.ERROR)
+            raise
+
+
 @contextmanager
 def creating_orchestration(start: dict[str, Any], instance_id: str) -> Iterator[None]:
     """Around a start's store write: the ``create_orchestration`` span, child of the current

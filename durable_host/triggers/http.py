@@ -13,6 +13,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import azure.functions as func
 from aiohttp import web
@@ -138,13 +139,18 @@ class FunctionRoutes:
             route_params=params,
             body=body,
         )
-        kwargs = invocation.build_kwargs(info, req, lambda: self.client_json(request), self.app_dir)
         try:
             result = await telemetry.run_function(  # the call's span, current while it runs
                 info.name,
                 info.trigger().get("route") or info.name,
                 request.method,
-                invocation.call(info.fn, kwargs),
+                invocation.invoke(
+                    info,
+                    req,
+                    lambda: self.client_json(request),
+                    self.app_dir,
+                    metadata=lambda: binding_data(req, params),
+                ),
             )
         except Exception:
             log.exception("HTTP function %s failed", info.name)
@@ -156,6 +162,21 @@ class FunctionRoutes:
                 status=500,
             )
         return to_response(result)
+
+
+def binding_data(req: func.HttpRequest, params: dict[str, str]) -> dict[str, Any]:
+    """What an HTTP trigger offers binding expressions, as the Functions host's HTTP binding
+    data: the route parameters, ``Query`` and ``Headers``, and the top-level properties of a
+    JSON object body (route parameters win a clash)."""
+    data: dict[str, Any] = {"Query": dict(req.params), "Headers": dict(req.headers)}
+    try:
+        body = req.get_json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        data.update(body)
+    data.update(params)
+    return data
 
 
 def to_response(result: object) -> web.StreamResponse:

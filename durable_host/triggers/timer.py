@@ -294,10 +294,9 @@ class TimerTriggers:
             schedule_status=public_status(status),
             schedule={"AdjustForDST": True},
         )
-        kwargs = invocation.build_kwargs(spec.info, request, self.client_json, self.app_dir)
         self.running += 1
         try:
-            await invocation.call(spec.info.fn, kwargs)
+            await invocation.invoke(spec.info, request, self.client_json, self.app_dir)
             self.stats["timer_runs"] += 1
         except Exception:
             log.exception("timer function %s failed", spec.name)

@@ -35,8 +35,16 @@ CHECK_EVERY = 0.25  # seconds between idle checks
 
 
 async def describe(
-    store: Store, specs: list[timer_triggers.TimerSpec], now: datetime | None = None
+    store: Store,
+    specs: list[timer_triggers.TimerSpec],
+    now: datetime | None = None,
+    *,
+    storage: Any = None,
 ) -> dict[str, Any]:
+    """``storage`` (the Storage extension, when the app has queue or blob triggers): a queue
+    with visible messages or a blob not yet handled at the last scan makes the hub runnable
+    now. A message or blob that arrives after the host exits has no due time to announce:
+    a waker that watches the queue (KEDA's ``azure-queue`` scaler) starts the host then."""
     moment = now or datetime.now(UTC)
     stamp = h.format_time(moment)
     backlog = getattr(store, "hub_backlog", None)
@@ -49,6 +57,11 @@ async def describe(
     else:
         runnable = bool(await store.ready_instances(stamp)) or bool(
             await store.pending_activities()
+        )
+    if storage is not None and not runnable:
+        found = await storage.backlog(moment)
+        runnable = any(q.get("length") for q in found["queues"]) or any(
+            b.get("pending") for b in found["blobs"]
         )
     durable = await store.next_due(stamp)
     triggers = await timer_triggers.next_occurrences(specs, store, moment)

@@ -91,9 +91,9 @@ def test_an_unknown_flag_is_named(tmp_path: Path) -> None:
 ARCHIVE = """
 
 @app.route(route="archive", methods=["POST"])
-@app.blob_output(arg_name="out", path="archive/{rand-guid}", connection="AzureWebJobsStorage")
+@app.cosmos_db_output(arg_name="out", database_name="db", container_name="c", connection="Cosmos")
 def archive(req: func.HttpRequest, out) -> str:
-    out.set(req.get_body())
+    out.set(func.Document.from_json(req.get_body()))
     return "stored"
 """
 
@@ -105,7 +105,7 @@ def test_a_served_function_with_a_binding_the_host_does_not_run_is_named(tmp_pat
 
     line = one_line(run_start("--app-dir", str(app), "--store", f"sqlite:{tmp_path / 'h.db'}"))
 
-    assert "function 'archive'" in line and "blob (out binding 'out')" in line
+    assert "function 'archive'" in line and "cosmosDB (out binding 'out')" in line
 
 
 def test_functions_naming_an_unknown_function_is_refused(tmp_path: Path) -> None:
@@ -188,7 +188,7 @@ def test_start_lists_functions_and_honours_the_host_section(tmp_path: Path) -> N
 def test_functions_naming_a_trigger_the_host_does_not_run_is_refused(tmp_path: Path) -> None:
     line = one_line(run_start("--app-dir", str(SAMPLE), "--functions", "greet", "drain"))
 
-    assert "'drain'" in line and "queueTrigger" in line
+    assert "'drain'" in line and "eventHubTrigger" in line
 
 
 def test_a_trigger_the_host_does_not_run_is_listed_and_cors_takes_any_origin(
@@ -202,7 +202,7 @@ def test_a_trigger_the_host_does_not_run_is_listed_and_cors_takes_any_origin(
         host.kill()
     assert host.log_path is not None
     text = host.log_path.read_text()
-    assert "not run: function 'drain': trigger queueTrigger is not supported" in text
+    assert "not run: function 'drain': trigger eventHubTrigger is not supported" in text
 
 
 def test_an_unreadable_engine_setting_is_refused_before_the_store_is_touched(

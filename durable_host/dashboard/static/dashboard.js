@@ -91,7 +91,7 @@ async function showPartitions() {
 }
 
 function show(view) {
-  for (const id of ["instances-view", "instance-view", "entities-view", "timers-view"]) $(id).hidden = id !== view;
+  for (const id of ["instances-view", "instance-view", "entities-view", "timers-view", "storage-view"]) $(id).hidden = id !== view;
 }
 
 async function route() {
@@ -103,6 +103,9 @@ async function route() {
   } else if (hash.startsWith("#/timers")) {
     show("timers-view");
     await listTimers();
+  } else if (hash.startsWith("#/storage")) {
+    show("storage-view");
+    await listStorage();
   } else if (hash.startsWith("#/entities")) {
     show("entities-view");
     await listEntities();
@@ -230,6 +233,19 @@ async function listTimers() {
     el("td", {}, t.useMonitor === null ? "-" : t.useMonitor ? "on" : "off"),
     el("td", {}, t.runOnStartup ? "yes" : "no"))));
   if (!data.timers.length) body.append(el("tr", {}, el("td", { colSpan: 6 }, "This app has no timer-triggered functions.")));
+}
+
+async function listStorage() {
+  let data;
+  try { data = await call("GET", `${API}/storage`); } catch (e) { say(e.message); return; }
+  const body = $("storage").tBodies[0];
+  body.replaceChildren(...data.functions.map((f) => el("tr", { "data-function": f.name },
+    el("td", {}, f.name, f.disabled ? el("span", { className: "muted" }, " (disabled)") : ""),
+    el("td", {}, f.trigger),
+    el("td", {}, el("code", {}, f.source)),
+    el("td", { className: "waiting" }, f.waiting === null ? "-" : String(f.waiting)),
+    el("td", {}, f.oldestAgeSeconds === null ? "-" : String(f.oldestAgeSeconds)))));
+  if (!data.functions.length) body.append(el("tr", {}, el("td", { colSpan: 5 }, "This app has no queue- or blob-triggered functions.")));
 }
 
 function detail(e) {

@@ -30,6 +30,6 @@ def shout(word: str) -> str:
     return word.upper()
 
 
-@app.queue_trigger(arg_name="message", queue_name="jobs", connection="AzureWebJobsStorage")
+@app.event_hub_message_trigger(arg_name="message", event_hub_name="jobs", connection="EventHubs")
 def drain(message) -> None:
     pass

@@ -38,9 +38,9 @@ BLOB = fn(
     "archive",
     "http",
     {"type": "httpTrigger", "direction": "IN", "name": "req"},
-    {"type": "blob", "direction": "OUT", "name": "out"},
+    {"type": "cosmosDB", "direction": "OUT", "name": "out"},
 )
-QUEUE = fn("drain", "other", {"type": "queueTrigger", "direction": "IN", "name": "m"})
+QUEUE = fn("drain", "other", {"type": "eventHubTrigger", "direction": "IN", "name": "m"})
 ORCH = fn("flow", "orchestrator", {"type": "orchestrationTrigger", "direction": "IN", "name": "c"})
 
 
@@ -58,7 +58,7 @@ def index(*infos: FunctionInfo) -> AppIndex:
 
 def test_a_served_function_with_an_unsupported_binding_stops_the_start() -> None:
     with pytest.raises(
-        startup_report.SelectionError, match="function 'archive'.*blob \\(out binding 'out'\\)"
+        startup_report.SelectionError, match="function 'archive'.*cosmosDB \\(out binding 'out'\\)"
     ):
         startup_report.select(index(HTTP, BLOB), None)
 
@@ -73,7 +73,7 @@ def test_functions_leaves_the_unsupported_one_out_and_keeps_the_rest() -> None:
 def test_functions_refuses_unknown_names_and_triggers_not_run() -> None:
     with pytest.raises(startup_report.SelectionError, match="--functions names nope"):
         startup_report.select(index(HTTP), ["hello", "nope"])
-    with pytest.raises(startup_report.SelectionError, match="'drain'.*queueTrigger"):
+    with pytest.raises(startup_report.SelectionError, match="'drain'.*eventHubTrigger"):
         startup_report.select(index(HTTP, QUEUE), ["drain"])
 
 
@@ -85,7 +85,7 @@ def test_the_listing_names_methods_urls_and_what_is_not_run() -> None:
         line.startswith("  flow: orchestrationTrigger (start: [POST] http://h:1/runtime/")
         for line in lines
     )
-    assert lines[-1].startswith("not run: function 'drain': trigger queueTrigger")
+    assert lines[-1].startswith("not run: function 'drain': trigger eventHubTrigger")
 
 
 def test_the_host_section_of_local_settings() -> None:
