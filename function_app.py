@@ -20,7 +20,7 @@ from activities import (
 )
 from api import approval_links, loops, operator, pages, sessions, workspace
 from api import skills as skill_routes
-from entities import limiter, semaphore, session
+from entities import limiter, loop_control, semaphore, session
 from orchestrators import (
     agent_loop,
     agent_round,
@@ -61,6 +61,7 @@ for blueprint in (
     agent_loop.bp,
     loop_submit.bp,
     loops.bp,
+    loop_control.bp,
     # Declared per-key limits of tools (docs/loops.md).
     limiter.bp,
     # The onFailure handler of tools and loops that gave up (docs/loops.md).
