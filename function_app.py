@@ -17,6 +17,7 @@ from activities import (
     retention,
     skills,
     tools,
+    workspace_collect,
 )
 from api import approval_links, loops, operator, pages, sessions, workspace
 from api import skills as skill_routes
@@ -73,6 +74,8 @@ for blueprint in (
     skill_routes.bp,
     # History retention of settled submissions (docs/kernel-session.md).
     retention.bp,
+    # The workspace content collector, on AGENT_WORKSPACE_COLLECT_SCHEDULE (docs/workspace.md).
+    workspace_collect.bp,
     # The session workspace: uploads commit a snapshot (docs/workspace.md).
     workspace_commit.bp,
     workspace.bp,
