@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -266,3 +267,5 @@ OwnershipModel.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestOwnershipModel = OwnershipModel.TestCase
+# A long run is long: about 0.3 s of CPU an example on this machine's 2 cores.
+TestOwnershipModel.pytestmark = [pytest.mark.timeout(max(120, EXAMPLES))]  # type: ignore[attr-defined]
