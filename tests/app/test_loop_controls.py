@@ -78,9 +78,10 @@ def test_every_control_request_is_applied_once_across_executions(
         return loop if applied == expected and loop and loop["state"] == "sleeping" else None
 
     wait_for(settled, 60 + CONTROLS / 10, "every control applied once")
-    # Occurrences were submitted among the controls (the long run leaves the session a queue of
-    # turns to work off, so this waits for the first one only).
-    wait_for(lambda: in_state(kernel_host, "busy", "sleeping", 1, SESSION), 90, "a run")
+    # The loop goes on running its occurrences. Every request raised one wake-up, and the
+    # wake-ups of requests already taken still end an execution each (docs/loops.md), so a
+    # long stream leaves a queue of them to work off before the timer wins again.
+    wait_for(lambda: in_state(kernel_host, "busy", "sleeping", 1, SESSION), 60 + CONTROLS / 10)
 
     assert kernel_host.request("DELETE", f"/api/sessions/{SESSION}/loops/busy").status == 202
     kernel_host.wait_for_status(ids.validate_instance_id("loop:controlled:busy"))
