@@ -37,8 +37,8 @@ import azure.functions as func
 
 from adapters import workspace_store
 from entities import session_pages
-from kernel import workspace
-from kernel.state import decode_entity_state
+from kernel.session.state import decode_entity_state
+from kernel.workspace import files as workspace
 
 bp = df.Blueprint()
 log = logging.getLogger("agent.workspace")

@@ -1,7 +1,7 @@
 """The ``loop_control`` entity: the control requests of one loop incarnation, held until the
 loop takes them (``docs/loops.md``, "A control request is never lost").
 
-Key ``{session}:{loop}:{incarnation}`` (``kernel.loops.control_entity_key``). Operations:
+Key ``{session}:{loop}:{incarnation}`` (``kernel.loops.loop.control_entity_key``). Operations:
 
 * ``request`` ``{"action", "id"}`` (signalled by the loops API): add the request unless its id
   is known already; the entity applies each operation once, so an accepted request is held
@@ -10,7 +10,7 @@ Key ``{session}:{loop}:{incarnation}`` (``kernel.loops.control_entity_key``). Op
   order they were accepted, cleared from the state.
 * ``forget`` (signalled by a loop that was deleted): the entity's state is removed.
 
-Every operation is a reducer of ``kernel/loops.py``; the state is set once from its result.
+Every operation is a reducer of ``kernel/loops/loop.py``; the state is set once from its result.
 An entity that never held a request is never written (``take`` on nothing stores nothing).
 """
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import azure.durable_functions as df
 
-from kernel import loops
-from kernel.errors import ValidationError
+from kernel.common.errors import ValidationError
+from kernel.loops import loop as loops
 
 bp = df.Blueprint()
 

@@ -1,6 +1,6 @@
 """``agent_loop``: a cron-driven agent loop, one eternal orchestration per loop.
 
-Instance id ``loop:{session}:{loop}`` (``kernel/loops.py``). Each execution sleeps on a durable
+Instance id ``loop:{session}:{loop}`` (``kernel/loops/loop.py``). Each execution sleeps on a durable
 timer until the next occurrence - raced with the control event, so pause, resume and delete
 take effect at once - submits the loop's prompt as an ordinary submission of the session with
 the request id ``loop:{loop}:{occurrence}`` (``loop_submit``), and continues as new, so the
@@ -44,7 +44,7 @@ controls from the entity (an entity call: exactly once, recorded in its history)
 them in order; a wake-up ends the execution at once, so the next one takes what woke it. A
 lost wake-up therefore costs nothing that the next execution does not pick up: nothing is held
 by the execution that ends, so nothing can be dropped with it. The loop shows what it applied
-(``controls``: a count and an order-free digest of the request ids, ``kernel/loops.py``).
+(``controls``: a count and an order-free digest of the request ids, ``kernel/loops/loop.py``).
 Loops without an incarnation (started by the earlier code) keep taking controls from events.
 """
 
@@ -56,9 +56,9 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from kernel import loops
-from kernel.errors import ValidationError
-from kernel.failures import FailurePolicy
+from kernel.common.errors import ValidationError
+from kernel.loops import loop as loops
+from kernel.turn.failures import FailurePolicy
 from orchestrators.failures import run_kind
 from orchestrators.steps import event_or_deadline, event_payload, set_status
 

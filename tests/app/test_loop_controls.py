@@ -4,7 +4,7 @@ while the loop is between two executions) and applied by the loop exactly once.
 A loop continues as new at every occurrence and at every control, so control requests sent
 in a stream from several clients meet it in every moment: asleep, submitting, racing its
 timer, between two executions (``ContinuedAsNew``). The loop shows the count of controls it
-applied and an order-free digest of their request ids (``kernel.loops.note_applied``); the
+applied and an order-free digest of their request ids (``kernel.loops.loop.note_applied``); the
 test computes both from what it sent, so a request dropped, or applied twice, shows.
 
 The schedule fires every two seconds, so timers and controls race too (and the session is
@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from kernel import ids, loops
+from kernel.common import ids
+from kernel.loops import loop as loops
 from tests.app.test_loops import in_state, loops_of
 from tests.harness import HostProcess, wait_for
 

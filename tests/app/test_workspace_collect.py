@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from activities.workspace_collect import sessions_of
-from kernel import workspace
+from kernel.workspace import files as workspace
 from tests.app.conftest import kernel_env
 from tests.app.test_workspace import put, workspace_env
 from tests.app.turn_support import submit, wait_final

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from durable_host.records import EntityCommit
+from durable_host.core.records import EntityCommit
 from durable_host.store.base import StoreError, UnitLostError
 from durable_host.store.postgres import PostgresStore, from_spec
 from durable_host.store.postgres.partitions import PartitionCountError

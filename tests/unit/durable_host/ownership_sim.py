@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from durable_host import membership
-from durable_host.ownership import Member
+from durable_host.cluster import membership
+from durable_host.cluster.ownership import Member
 
 LEASE = 15.0  # the Azure store's partition lease
 MARGIN = 3.0  # partitions.LEASE_MARGIN: a host trusts its lease until sent + LEASE - MARGIN

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from durable_host import history as h
-from kernel import loops
+from durable_host.core import history as h
+from kernel.loops import loop as loops
 from orchestrators import agent_loop
 from tests.unit.durable_host.driver import Driver
 
