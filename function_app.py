@@ -17,10 +17,11 @@ from activities import (
     retention,
     skills,
     tools,
+    workspace_collect,
 )
 from api import approval_links, loops, operator, pages, sessions, workspace
 from api import skills as skill_routes
-from entities import limiter, semaphore, session
+from entities import limiter, loop_control, semaphore, session
 from orchestrators import (
     agent_loop,
     agent_round,
@@ -61,6 +62,7 @@ for blueprint in (
     agent_loop.bp,
     loop_submit.bp,
     loops.bp,
+    loop_control.bp,
     # Declared per-key limits of tools (docs/loops.md).
     limiter.bp,
     # The onFailure handler of tools and loops that gave up (docs/loops.md).
@@ -72,6 +74,8 @@ for blueprint in (
     skill_routes.bp,
     # History retention of settled submissions (docs/kernel-session.md).
     retention.bp,
+    # The workspace content collector, on AGENT_WORKSPACE_COLLECT_SCHEDULE (docs/workspace.md).
+    workspace_collect.bp,
     # The session workspace: uploads commit a snapshot (docs/workspace.md).
     workspace_commit.bp,
     workspace.bp,

@@ -3,8 +3,16 @@
 A loop is the orchestration ``loop:{session}:{loop}`` (``orchestrators/agent_loop.py``);
 its runs are ordinary submissions of the session, visible in the session view. Declaring a
 loop that already runs with the same declaration answers it again (200, ``duplicate``); a
-different declaration under a running loop id is a conflict (409): delete it first. Control
-actions are external events to the loop, durable once accepted (202).
+different declaration under a running loop id is a conflict (409): delete it first.
+
+A control request (pause, resume, delete; body optional, ``{"requestId"}`` makes a retry the same
+request) is signalled to the ``loop_control`` entity of the loop's incarnation
+(``entities/loop_control.py``), durable once accepted (202), and the loop is woken by its
+control event; the loop takes it from the entity at the start of its next execution, so a
+request that meets the loop between two executions is never dropped with the old one. A loop
+between two executions (``ContinuedAsNew`` for a moment) is as live as before and after, as
+the extension's own ``raise_event`` counts it: never a 404 in that window. A loop started by the
+earlier code (no ``incarnation`` in its input) is still sent the action as the event.
 
 Loops can also be declared by the setting ``AGENT_LOOPS`` (a JSON list of declarations, each
 with its ``sessionId``): the timer function ``declare_configured_loops`` starts every one that
@@ -13,10 +21,10 @@ does not run, when the app starts and daily. It never deletes or replaces a runn
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,13 +36,20 @@ from api import inputs, principals
 from api.replies import failure, reply
 from entities.session_pages import read_head
 from kernel.common import ids
-from kernel.common.errors import ConflictError, KernelError, NotFoundError
+from kernel.common.errors import ConflictError, KernelError, NotFoundError, ValidationError
 from kernel.loops import loop as loops
 
 bp = df.Blueprint()
 LEVEL = func.AuthLevel.FUNCTION  # as every sessions route (docs/security.md)
 log = logging.getLogger("agent.loops")
-LIVE = (OrchestrationRuntimeStatus.Pending, OrchestrationRuntimeStatus.Running)
+# A loop continues as new at every occurrence and every control: between two executions its
+# status reads ContinuedAsNew for a moment, and it is as live then as before and after (the
+# extension's raise_event counts ContinuedAsNew as running, too).
+LIVE = (
+    OrchestrationRuntimeStatus.Pending,
+    OrchestrationRuntimeStatus.Running,
+    OrchestrationRuntimeStatus.ContinuedAsNew,
+)
 
 
 def _view(session_id: str, status: Any) -> dict[str, Any]:
@@ -50,17 +65,12 @@ def _view(session_id: str, status: Any) -> dict[str, Any]:
         "runs": custom.get("runs", 0),
         "lastSubmission": custom.get("last_submission"),
         "loop": custom.get("loop") or inputs.status_object(status.input_).get("spec"),
+        "controls": custom.get("controls"),
     }
 
 
 async def _live(client: df.DurableOrchestrationClient, instance_id: str) -> Any:
-    # A loop continues as new at every occurrence: read through the moment between two
-    # generations (ContinuedAsNew), so an event raised next reaches the running one.
-    for _ in range(50):
-        status = await client.get_status(instance_id)
-        if status is None or status.runtime_status != OrchestrationRuntimeStatus.ContinuedAsNew:
-            break
-        await asyncio.sleep(0.1)
+    status = await client.get_status(instance_id)
     if status is None or status.runtime_status not in LIVE:
         return None
     return status
@@ -77,9 +87,15 @@ async def ensure_loop(
     await client.start_new(
         "agent_loop",
         instance_id,
-        # submit_first: the loop submits an occurrence before it waits for control events
-        # (orchestrators/agent_loop.py), so none is lost.
-        {"session_id": session_id, "spec": spec.as_json(), "submit_first": True},
+        # incarnation: the loop takes its controls from its own loop_control entity
+        # (orchestrators/agent_loop.py), so none is lost between two executions; a loop
+        # declared again after a delete never takes a control sent to the one before.
+        {
+            "session_id": session_id,
+            "spec": spec.as_json(),
+            "submit_first": True,
+            "incarnation": uuid.uuid4().hex,
+        },
     )
     return None, True
 
@@ -143,13 +159,45 @@ async def _control(
         session_id = await visible_session(req, client)
         loop_id = ids.validate_key(req.route_params.get("loopId"), "loopId")
         loops.control({}, action)
+        request_id = _control_request_id(req.get_body())
         instance_id = loops.loop_instance_id(session_id, loop_id)
-        if await _live(client, instance_id) is None:
+        running = await _live(client, instance_id)
+        if running is None:
             raise NotFoundError("loop_not_found", f"no running loop {loop_id!r}", "loopId")
-        await client.raise_event(instance_id, loops.CONTROL_EVENT, {"action": action})
+        incarnation = inputs.status_object(running.input_).get("incarnation")
+        if incarnation:
+            key = loops.control_entity_key(session_id, loop_id, str(incarnation))
+            entity = df.EntityId(loops.CONTROL_ENTITY, key)
+            await client.signal_entity(entity, "request", {"action": action, "id": request_id})
+            event: dict[str, Any] = {"action": loops.WAKE}
+        else:
+            event = {"action": action}
+        try:
+            await client.raise_event(instance_id, loops.CONTROL_EVENT, event)
+        except Exception as exc:  # the SDK raises a bare Exception for 404/410
+            if await _live(client, instance_id) is not None:
+                raise
+            # Ended since it was read (deleted): a request it never took has nothing to act on.
+            raise NotFoundError("loop_not_found", f"no running loop {loop_id!r}", "loopId") from exc
     except KernelError as exc:
         return failure(exc)
-    return reply({"sessionId": session_id, "loopId": loop_id, "action": action}, 202)
+    return reply(
+        {"sessionId": session_id, "loopId": loop_id, "action": action, "requestId": request_id},
+        202,
+    )
+
+
+def _control_request_id(raw: bytes) -> str:
+    """The body's ``requestId`` (a retry of one request is the same request), else a new one."""
+    if not raw.strip():
+        return uuid.uuid4().hex
+    body = inputs.json_object(raw)
+    unknown = sorted(set(body) - {"requestId"})
+    if unknown:
+        raise ValidationError("unknown_field", f"unknown field {unknown[0]!r}", unknown[0])
+    if "requestId" not in body:
+        return uuid.uuid4().hex
+    return ids.validate_request_id(body["requestId"], "requestId")
 
 
 @bp.route(route="sessions/{sessionId}/loops/{loopId}/{action}", methods=["POST"], auth_level=LEVEL)

@@ -31,6 +31,21 @@ submission's input and the last failure; the loop records the tier (``ok``, ``re
 A first try that succeeds asks for exactly the activity a loop asked for before, so running
 loops replay unchanged. A paused loop waits for the
 control event, bounded by a week, after which it continues as new, still paused.
+
+**Controls held by an entity.** Even so, an event can still be lost at the boundary between two
+executions: one raised in the same batch as the timer that won the race goes to the stale
+waiter, and on Azure a second control in the batch of the first is buffered with no waiter and
+dropped by continue-as-new (Python cannot ask the extension to preserve unprocessed events).
+So a loop declared with an ``incarnation`` (every loop the API starts now) does not take its
+controls from events at all: the API signals them to the loop's ``loop_control`` entity
+(``entities/loop_control.py``), where they are durable once accepted, and raises the control
+event only as a wake-up (``{"action": "wake"}``). Every execution first takes the pending
+controls from the entity (an entity call: exactly once, recorded in its history) and applies
+them in order; a wake-up ends the execution at once, so the next one takes what woke it. A
+lost wake-up therefore costs nothing that the next execution does not pick up: nothing is held
+by the execution that ends, so nothing can be dropped with it. The loop shows what it applied
+(``controls``: a count and an order-free digest of the request ids, ``kernel/loops/loop.py``).
+Loops without an incarnation (started by the earlier code) keep taking controls from events.
 """
 
 from __future__ import annotations
@@ -106,6 +121,8 @@ def agent_loop(context: df.DurableOrchestrationContext) -> Generator[Any, Any, A
     state = {"paused": bool(job.get("paused")), "deleted": False}
     runs = int(job.get("runs") or 0)
     last = job.get("last_submission")
+    if job.get("incarnation"):
+        return (yield from controlled(context, job, spec))
     fired = _parse(job.get("submit_now"))  # the previous execution's timer fired for it
     if fired is not None:
         set_status(
@@ -153,6 +170,89 @@ def agent_loop(context: df.DurableOrchestrationContext) -> Generator[Any, Any, A
             "runs": runs,
             "last_submission": last,
             "submit_first": True,
+            "submit_now": loops.format_occurrence(submit_next) if submit_next else None,
+        }
+    )
+    return None
+
+
+def controlled(
+    context: df.DurableOrchestrationContext, job: dict[str, Any], spec: loops.LoopSpec
+) -> Generator[Any, Any, Any]:
+    """One execution of a loop whose controls wait in its ``loop_control`` entity."""
+    previous = _parse(job.get("previous"))
+    state = {"paused": bool(job.get("paused")), "deleted": False}
+    runs, last, controls = (
+        int(job.get("runs") or 0),
+        job.get("last_submission"),
+        job.get("controls"),
+    )
+    session_id = str(job["session_id"])
+    entity = df.EntityId(
+        loops.CONTROL_ENTITY,
+        loops.control_entity_key(session_id, spec.loop_id, str(job["incarnation"])),
+    )
+
+    def publish(phase: str, due: datetime | None = None) -> None:
+        set_status(
+            context,
+            phase,
+            loop=spec.as_json(),
+            next=loops.format_occurrence(due) if due else None,
+            runs=runs,
+            last_submission=last,
+            controls=controls,
+        )
+
+    fired = _parse(job.get("submit_now"))  # the previous execution's timer fired for it
+    if fired is not None:
+        publish("sleeping", fired)
+        last = yield from submit(context, job, spec, _aware(fired))
+        previous, runs = _aware(fired), runs + 1
+    taken = yield context.call_entity(entity, "take")
+    for request in taken or []:
+        try:
+            state = loops.control(state, request.get("action"))
+        except ValidationError:
+            continue  # the entity holds only valid actions; anything else is not counted
+        controls = loops.note_applied(controls, str(request.get("id")))
+        if state["deleted"]:
+            break  # what was sent after a delete has no loop to act on
+    if state["deleted"]:
+        context.signal_entity(entity, "forget")
+        set_status(
+            context,
+            "deleted",
+            loop=spec.as_json(),
+            runs=runs,
+            last_submission=last,
+            controls=controls,
+        )
+        return {"deleted": True, "runs": runs}
+    now = _aware(context.current_utc_datetime)
+    due = None if state["paused"] else loops.next_occurrence(spec, now, previous)
+    publish("paused" if state["paused"] else "sleeping", due)
+    raised, payload = yield from event_or_deadline(
+        context, loops.CONTROL_EVENT, due or now + PAUSED_WAIT
+    )
+    # Woken or paused for a week: the next execution takes the controls. The timer fired:
+    # the next execution submits the occurrence first.
+    submit_next = due if not raised else None
+    action = event_payload(payload).get("action") if raised else None
+    if action in loops.ACTIONS:  # sent as an event by an app of the earlier code
+        state = loops.control(state, action)
+        if state["deleted"]:
+            context.signal_entity(entity, "forget")
+            set_status(context, "deleted", loop=spec.as_json(), runs=runs, controls=controls)
+            return {"deleted": True, "runs": runs}
+    context.continue_as_new(
+        {
+            **job,
+            "paused": state["paused"],
+            "previous": loops.format_occurrence(previous) if previous else None,
+            "runs": runs,
+            "last_submission": last,
+            "controls": controls,
             "submit_now": loops.format_occurrence(submit_next) if submit_next else None,
         }
     )

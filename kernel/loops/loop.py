@@ -20,10 +20,19 @@ Contract:
 * ``next_occurrence`` is strictly after the given time; a loop woken late submits the
   occurrence it slept for once, then plans from now: missed slots are not replayed.
 * ``control(state, action)``: ``pause`` / ``resume`` / ``delete``; anything else is refused.
+* Control requests of a loop that has an ``incarnation`` are held by its ``loop_control``
+  entity (``control_entity_key``) until the loop takes them: ``request_control`` adds one
+  (once per request id: a retried request is a duplicate), ``take_controls`` hands over every
+  pending one in the order they were accepted and clears them. Both are reducers over the
+  entity's state (``None`` or ``{"pending", "seen", "accepted"}``); the entity sets it once.
+* ``note_applied(controls, request_id)`` is what a loop shows of the controls it applied:
+  ``{"applied": n, "digest": hex}``, the digest an order-free checksum of their ids
+  (``control_digest``), so a client can check that every request it sent was applied once.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -37,6 +46,9 @@ from kernel.turn.policy import TurnLimits, TurnSettingsError
 MAX_PROMPT_CHARS = 4_000
 ACTIONS = ("pause", "resume", "delete")
 CONTROL_EVENT = "loop_control"
+CONTROL_ENTITY = "loop_control"
+WAKE = "wake"  # the control event's action when the control itself waits in the entity
+SEEN_IDS = 256  # request ids remembered after they were taken, for retried requests
 
 
 @dataclass(frozen=True)
@@ -177,3 +189,56 @@ def control(state: dict[str, Any], action: Any) -> dict[str, Any]:
         "paused": action == "pause" or (action != "resume" and bool(state.get("paused"))),
         "deleted": action == "delete",
     }
+
+
+def control_entity_key(session_id: str, loop_id: str, incarnation: str) -> str:
+    """The key of the ``loop_control`` entity of one incarnation of a loop: a loop deleted
+    and declared again never takes a control sent to the one before."""
+    return f"{session_id}:{loop_id}:{incarnation}"
+
+
+def request_control(state: Any, action: Any, request_id: Any) -> tuple[dict[str, Any], bool]:
+    """(new state, accepted): add one control request unless its id is already known."""
+    if action not in ACTIONS:
+        raise ValidationError("invalid_action", f"action must be one of {ACTIONS}", "action")
+    if not isinstance(request_id, str) or not request_id:
+        raise ValidationError("invalid_request_id", "a control needs a request id", "requestId")
+    held = _control_state(state)
+    if request_id in held["seen"] or any(p["id"] == request_id for p in held["pending"]):
+        return held, False
+    return {
+        **held,
+        "pending": [*held["pending"], {"action": action, "id": request_id}],
+        "accepted": held["accepted"] + 1,
+    }, True
+
+
+def take_controls(state: Any) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """(new state, the pending controls in the order they were accepted), which it clears."""
+    held = _control_state(state)
+    taken = held["pending"]
+    seen = [*held["seen"], *(p["id"] for p in taken)][-SEEN_IDS:]
+    return {**held, "pending": [], "seen": seen}, taken
+
+
+def _control_state(state: Any) -> dict[str, Any]:
+    if not isinstance(state, dict):
+        return {"pending": [], "seen": [], "accepted": 0}
+    return {
+        "pending": list(state.get("pending") or []),
+        "seen": list(state.get("seen") or []),
+        "accepted": int(state.get("accepted") or 0),
+    }
+
+
+def control_digest(digest: int, request_id: str) -> int:
+    """The digest after one more applied request: a sum of CRC-32s modulo 2**32, so it does
+    not depend on the order, and a request applied twice or never changes it."""
+    return (digest + zlib.crc32(request_id.encode())) % 2**32
+
+
+def note_applied(controls: Any, request_id: str) -> dict[str, Any]:
+    """A loop's ``{"applied", "digest"}`` after it applied one more control request."""
+    held = controls if isinstance(controls, dict) else {}
+    digest = control_digest(int(str(held.get("digest") or "0"), 16), request_id)
+    return {"applied": int(held.get("applied") or 0) + 1, "digest": f"{digest:08x}"}

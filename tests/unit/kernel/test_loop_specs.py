@@ -81,3 +81,22 @@ def test_the_kernel_cron_is_the_parser_the_host_uses() -> None:
     for name in ("Schedule", "ScheduleError", "parse", "time_zone"):
         assert getattr(cron, name) is getattr(functions_schedules, name)
         assert getattr(ncrontab, name) is getattr(functions_schedules, name)
+
+
+def test_a_control_request_is_held_once_and_taken_in_order() -> None:
+    state, accepted = loops.request_control(None, "pause", "a")
+    assert accepted
+    state, again = loops.request_control(state, "pause", "a")  # a retried request
+    assert not again and state["accepted"] == 1
+    state, _ = loops.request_control(state, "resume", "b")
+    state, taken = loops.take_controls(state)
+    assert [t["id"] for t in taken] == ["a", "b"] and state["pending"] == []
+    state, late = loops.request_control(state, "resume", "b")  # retried after it was taken
+    assert not late and loops.take_controls(state)[1] == []
+
+
+def test_the_control_digest_is_order_free_and_counts_each_request() -> None:
+    one = loops.note_applied(loops.note_applied(None, "a"), "b")
+    other = loops.note_applied(loops.note_applied(None, "b"), "a")
+    assert one == other and one["applied"] == 2
+    assert loops.note_applied(loops.note_applied(None, "a"), "a")["digest"] != one["digest"]

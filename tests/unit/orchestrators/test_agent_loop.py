@@ -12,9 +12,11 @@ Driven episode by episode through the host's pure episode function, no IO.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from durable_host.core import history as h
+from kernel.loops import loop as loops
 from orchestrators import agent_loop
 from tests.unit.durable_host.driver import Driver
 
@@ -64,3 +66,82 @@ def test_an_execution_started_by_the_earlier_code_still_submits_after_the_race()
     assert d.status == "ContinuedAsNew"
     next_execution(d)  # and the execution after it follows the new order
     assert d.custom_status["phase"] == "sleeping" and d.custom_status["runs"] == 1
+
+
+# --- controls held by the loop's entity (an input with an incarnation) -------------------
+
+INCARNATION = {"session_id": "s", "spec": SPEC, "submit_first": True, "incarnation": "c1"}
+
+
+def answer_take(d: Driver, taken: list[dict[str, str]]) -> None:
+    """Answer the execution's ``take`` call on its ``loop_control`` entity with ``taken``."""
+    calls = [e for e in d.history if e["EventType"] == h.EventType.EVENT_SENT]
+    call = json.loads(calls[-1]["Input"])
+    assert calls[-1]["Name"] == "take" and calls[-1]["InstanceId"] == "@loop_control@s:digest:c1"
+    response = json.dumps({"result": json.dumps(taken)})
+    d.deliver({"kind": "event", "event": h.event_raised(d.now, call["id"], response)})
+
+
+def control(action: str, n: int) -> dict[str, str]:
+    return {"action": action, "id": f"r{n}"}
+
+
+def test_a_pause_raised_with_the_timer_that_won_is_taken_from_the_entity() -> None:
+    d = loop_driver()
+    d.start(INCARNATION)
+    answer_take(d, [])
+    assert d.custom_status["phase"] == "sleeping"
+    # The timer and the wake-up of a pause arrive in one batch: the timer wins, the event goes
+    # to the stale waiter and is dropped with the execution - the pause is in the entity.
+    fired = h.timer_fired(1, d.now, d.now)  # 0 is the take
+    woken = h.event_raised(d.now, "loop_control", json.dumps(json.dumps({"action": "wake"})))
+    d.deliver(
+        {"kind": "event", "event": fired, "execution_id": d.execution_id},
+        {"kind": "event", "event": woken},
+    )
+    assert d.status == "ContinuedAsNew"
+    next_execution(d)
+    assert scheduled_activities(d) == ["loop_submit"]  # the occurrence that was due
+    d.complete(0, SUBMITTED)
+    answer_take(d, [control("pause", 1)])
+
+    assert d.custom_status["phase"] == "paused" and d.custom_status["runs"] == 1
+    assert d.custom_status["controls"]["applied"] == 1
+
+
+def test_controls_taken_together_apply_in_order_each_once() -> None:
+    d = loop_driver()
+    d.start(INCARNATION)
+    answer_take(d, [control("pause", 1), control("resume", 2), control("pause", 3)])
+    assert d.custom_status["phase"] == "paused"
+    d.raise_event("loop_control", {"action": "wake"})
+    assert d.status == "ContinuedAsNew"
+    next_execution(d)
+    answer_take(d, [control("resume", 4)])
+
+    status = d.custom_status
+    assert status["phase"] == "sleeping" and status["controls"]["applied"] == 4
+    expected = 0
+    for n in range(1, 5):
+        expected = loops.control_digest(expected, f"r{n}")
+    assert status["controls"]["digest"] == f"{expected:08x}"
+
+
+def test_a_delete_ends_the_loop_and_the_entity() -> None:
+    d = loop_driver()
+    d.start(INCARNATION)
+    answer_take(d, [control("delete", 1), control("pause", 2)])
+
+    assert d.status == "Completed" and d.output == {"deleted": True, "runs": 0}
+    assert d.custom_status["phase"] == "deleted" and d.custom_status["controls"]["applied"] == 1
+    assert d.history[-3]["Name"] == "forget"  # the entity's state goes with the loop
+
+
+def test_an_action_sent_as_the_event_by_the_earlier_code_still_applies() -> None:
+    d = loop_driver()
+    d.start(INCARNATION)
+    answer_take(d, [])
+    d.raise_event("loop_control", {"action": "pause"})
+    next_execution(d)
+    answer_take(d, [])
+    assert d.custom_status["phase"] == "paused"
