@@ -43,6 +43,7 @@ from durable_host.ops import telemetry
 from durable_host.ops.settings import ConfigError
 from durable_host.store.base import StoreError
 from durable_host.store.factory import StoreSpecError, open_store, step_back
+from durable_host.triggers import mcp as mcp_triggers
 from durable_host.triggers import timer as timer_triggers
 from durable_host.triggers import wake
 
@@ -56,6 +57,7 @@ STARTUP_ERRORS: tuple[type[Exception], ...] = (
     StoreSpecError,
     KeyConfigError,
     startup_report.SelectionError,
+    mcp_triggers.CatalogError,
     OSError,
 )
 
@@ -104,6 +106,7 @@ class Host:
         self.timer_specs = timer_triggers.plan(index, os.environ, datetime.now(UTC))
         self.idle = asyncio.Event()
         self.timers: timer_triggers.TimerTriggers | None = None
+        self.mcp: mcp_triggers.McpRoutes | None = None
         self.idle_watch: wake.IdleWatch | None = None
         self._running = self._started = False
         self.store = open_store(self.store_spec, self.config, self.lose)
@@ -119,6 +122,10 @@ class Host:
             await keys.load()
         self.gate = auth.Gate(keys, auth_on)
         self.client = DurableClient(self.engine)
+        self.mcp = await mcp_triggers.open_routes(
+            index.mcp, self.app_dir, self.store, limits, lambda: self.engine.client_json()
+        )
+        self.gate.mcp_anonymous = mcp_triggers.settings_of(self.app_dir).anonymous
         app = server.build_app(
             self.client,
             hub=self.config.hub_name,
@@ -131,6 +138,7 @@ class Host:
             key_routes=KeyRoutes(keys, [f.name for f in index.http]) if keys else None,
             limits=limits,
             dashboard=Dashboard(self.client, self.config.hub_name),
+            mcp=self.mcp,
         )
         if self.cors:
             app.middlewares.insert(0, cors.middleware(self.cors, self.cors_credentials))
@@ -192,6 +200,8 @@ class Host:
             self.idle_watch.stop()
         if self.timers is not None:
             await self.timers.stop()
+        if self.mcp is not None:
+            await self.mcp.close()
         await self.engine.stop(self.grace)
         await self._runner.cleanup()
         if self.exit_when_idle is not None and self.fatal is None:

@@ -28,7 +28,7 @@ class AppLoadError(Exception):
 @dataclass(frozen=True, slots=True)
 class FunctionInfo:
     name: str
-    kind: str  # http | orchestrator | activity | entity | timer | other
+    kind: str  # http | orchestrator | activity | entity | timer | mcp | other
     fn: Callable[..., Any]
     bindings: tuple[dict[str, Any], ...]
     disabled: bool = False
@@ -47,6 +47,8 @@ class AppIndex:
     activities: dict[str, FunctionInfo] = field(default_factory=dict)
     entities: dict[str, FunctionInfo] = field(default_factory=dict)
     timers: list[FunctionInfo] = field(default_factory=list)  # triggers/timer.py runs them
+    # MCP tools, resources and prompts (triggers/mcp serves them)
+    mcp: list[FunctionInfo] = field(default_factory=list)
     # functions whose trigger this host does not run (listed at start-up, never served)
     other: list[FunctionInfo] = field(default_factory=list)
 
@@ -66,6 +68,9 @@ _KINDS = {
     "activityTrigger": ("activity", "activity"),
     "entityTrigger": ("entity", "entityName"),
     "timerTrigger": ("timer", None),
+    "mcpToolTrigger": ("mcp", None),
+    "mcpResourceTrigger": ("mcp", None),
+    "mcpPromptTrigger": ("mcp", None),
 }
 
 
@@ -117,6 +122,8 @@ def index_functions(app: func.FunctionRegister) -> AppIndex:
             index.entities[durable_name.lower()] = info
         elif kind == "timer":
             index.timers.append(info)
+        elif kind == "mcp":
+            index.mcp.append(info)
         else:
             index.other.append(info)
     return index

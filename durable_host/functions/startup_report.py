@@ -22,6 +22,7 @@ from typing import Any
 from durable_host.functions.loader import AppIndex, FunctionInfo
 
 WEBHOOK = "/runtime/webhooks/durabletask"
+MCP = "/runtime/webhooks/mcp"
 # Binding types the host implements, per direction.
 SUPPORTED_IN = {
     "httpTrigger",
@@ -70,6 +71,7 @@ def all_functions(index: AppIndex) -> list[FunctionInfo]:
         *index.activities.values(),
         *index.entities.values(),
         *index.timers,
+        *index.mcp,
         *index.other,
     ]
 
@@ -96,6 +98,7 @@ def select(index: AppIndex, names: Iterable[str] | None) -> AppIndex:
         activities={k: f for k, f in index.activities.items() if keep(f)},
         entities={k: f for k, f in index.entities.items() if keep(f)},
         timers=[f for f in index.timers if keep(f)],
+        mcp=[f for f in index.mcp if keep(f)],
         other=[f for f in index.other if keep(f)],
     )
     for info in all_functions(dataclasses.replace(chosen, other=[])):
@@ -142,6 +145,12 @@ def function_lines(index: AppIndex, base: str, route_prefix: str) -> list[str]:
     for info in index.timers:
         schedule = info.trigger().get("schedule", "")
         lines.append(f"  {info.name}: timerTrigger ({schedule}){_disabled(info)}")
+    for info in index.mcp:
+        trigger = info.trigger()
+        what = trigger.get("toolName") or trigger.get("uri") or trigger.get("promptName")
+        lines.append(f"  {info.name}: {trigger_type(info)} ({what}){_disabled(info)}")
+    if index.mcp:
+        lines.append(f"  MCP server: [POST] {base}{MCP} (legacy SSE: [GET] {base}{MCP}/sse)")
     lines += [
         "Durable client routes:",
         f"  instances: [GET,DELETE] {base}{WEBHOOK}/instances[/{{id}}]",

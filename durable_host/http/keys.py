@@ -4,7 +4,8 @@
 * **Host function keys** (``default`` and any added) are valid for every function of level
   ``function``; **per-function keys** only for their function.
 * **System keys**; ``durabletask_extension`` opens the Durable management webhooks (and is
-  the ``code=`` of every check-status link).
+  the ``code=`` of every check-status link); ``mcp_extension`` the MCP endpoints (created
+  on the first load of a hub whose stored keys predate it).
 
 Where they come from: ``DURABLE_HOST_MASTER_KEY`` and ``DURABLE_HOST_FUNCTION_KEY`` (the
 environment, or ``local.settings.json`` Values) fix the master key and the ``default``
@@ -37,6 +38,8 @@ from typing import Any, Protocol
 MASTER = "_master"
 DEFAULT = "default"
 DURABLE_SYSTEM_KEY = "durabletask_extension"
+MCP_SYSTEM_KEY = "mcp_extension"
+SYSTEM_KEYS = (DURABLE_SYSTEM_KEY, MCP_SYSTEM_KEY)  # never deleted, only rotated
 SECRET_NAME = "host-keys"
 MASTER_SETTING = "DURABLE_HOST_MASTER_KEY"
 FUNCTION_SETTING = "DURABLE_HOST_FUNCTION_KEY"
@@ -94,7 +97,8 @@ class KeySet:
 
     @classmethod
     def fresh(cls) -> KeySet:
-        return cls(generate(), {DEFAULT: generate()}, {DURABLE_SYSTEM_KEY: generate()}, {})
+        system = {name: generate() for name in SYSTEM_KEYS}
+        return cls(generate(), {DEFAULT: generate()}, system, {})
 
     def to_json(self) -> str:
         return json.dumps(
@@ -127,6 +131,11 @@ class KeySet:
             *self.host.values(),
             *self.functions.get(function.lower(), {}).values(),
         ]
+
+    def for_mcp(self) -> list[str]:
+        """Keys valid for the MCP endpoints: the ``mcp_extension`` key and the master key."""
+        mcp = self.system.get(MCP_SYSTEM_KEY, "")
+        return [self.master, *([mcp] if mcp else [])]
 
     def for_webhooks(self) -> list[str]:
         """Keys valid for the Durable management webhooks: the system key and the master key."""
@@ -218,7 +227,15 @@ class Keys:
                     f"the stored host keys ({SECRET_NAME!r}) cannot be read: {exc!r}"
                 ) from exc
             self._read_at = self.clock()
-            return self._effective(self._stored)
+            stored = self._stored
+        if any(name not in stored.system for name in SYSTEM_KEYS):
+            # Keys stored before a system key existed: add the missing ones, keep the rest.
+            def add(keys: KeySet) -> KeySet:
+                missing = {n: generate() for n in SYSTEM_KEYS if n not in keys.system}
+                return replace(keys, system={**keys.system, **missing})
+
+            return await self.change(add)
+        return self._effective(stored)
 
     def cached(self) -> KeySet:
         """The keys as last read (for synchronous callers: links, binding JSON); ``load``
@@ -302,9 +319,7 @@ class Keys:
         return new_value, created
 
     async def delete(self, scope: str, name: str, function: str | None = None) -> bool:
-        if (scope == "host" and name == MASTER) or (
-            scope == "system" and name == DURABLE_SYSTEM_KEY
-        ):
+        if (scope == "host" and name == MASTER) or (scope == "system" and name in SYSTEM_KEYS):
             raise KeyChangeError(400, f"The key {name} cannot be deleted; rotate it instead.")
         self._refuse_fixed(scope, name)
         found = False

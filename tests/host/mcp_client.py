@@ -1,0 +1,71 @@
+"""Drive a host's MCP endpoints from tests: the official ``mcp`` SDK client over either
+transport, and raw JSON-RPC posts for what a well-behaved client never sends."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx2
+from mcp import Client
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.harness import HostProcess
+
+MCP = "/runtime/webhooks/mcp"
+ACCEPT = "application/json, text/event-stream"
+
+
+@asynccontextmanager
+async def connect(
+    base_url: str, transport: str = "http", key: str | None = None, *, via: str = "header"
+) -> AsyncIterator[Client]:
+    """An initialized SDK client on ``base_url``'s MCP server; ``key`` goes in
+    ``x-functions-key`` (``via="header"``) or the ``code`` query (``via="query"``)."""
+    headers = {"x-functions-key": key} if key and via == "header" else {}
+    query = f"?code={key}" if key and via == "query" else ""
+    if transport == "http":
+        http = httpx2.AsyncClient(headers=headers, timeout=30)
+        async with (
+            http,
+            Client(streamable_http_client(f"{base_url}{MCP}{query}", http_client=http)) as c,
+        ):
+            yield c
+    else:
+        url = f"{base_url}{MCP}/sse{query}"
+        async with Client(sse_client(url, headers=headers), mode="legacy") as c:
+            yield c
+
+
+def rpc(
+    host: HostProcess,
+    method: str,
+    params: dict[str, Any] | None = None,
+    *,
+    id_: Any = 1,
+    headers: dict[str, str] | None = None,
+    raw: bytes | None = None,
+) -> tuple[int, dict[str, Any] | None, dict[str, str]]:
+    """One POST to the Streamable HTTP endpoint: the status, the JSON-RPC answer (from the
+    SSE event or the JSON body; None when empty) and the headers."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if id_ is not None:
+        message["id"] = id_
+    if params is not None:
+        message["params"] = params
+    body = raw if raw is not None else json.dumps(message).encode()
+    resp = host.request("POST", MCP, raw=body, headers={"Accept": ACCEPT, **(headers or {})})
+    return resp.status, answer_of(resp.body), resp.headers
+
+
+def answer_of(body: bytes) -> dict[str, Any] | None:
+    text = body.decode()
+    if not text.strip():
+        return None
+    for line in text.splitlines():
+        if line.startswith("data: "):
+            return json.loads(line[len("data: ") :])  # type: ignore[no-any-return]
+    return json.loads(text)  # type: ignore[no-any-return]
