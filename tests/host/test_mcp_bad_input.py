@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.harness import APPS, WEBHOOK, HostProcess, store_spec_for
-from tests.host.mcp_client import ACCEPT, MCP, rpc
+from tests.host.mcp_client import MCP, rpc
 
 APP = APPS / "mcp"
 LIMIT = 1024 * 1024
