@@ -21,10 +21,17 @@ ACCEPT = "application/json, text/event-stream"
 
 @asynccontextmanager
 async def connect(
-    base_url: str, transport: str = "http", key: str | None = None, *, via: str = "header"
+    base_url: str,
+    transport: str = "http",
+    key: str | None = None,
+    *,
+    via: str = "header",
+    mode: str = "auto",
 ) -> AsyncIterator[Client]:
     """An initialized SDK client on ``base_url``'s MCP server; ``key`` goes in
-    ``x-functions-key`` (``via="header"``) or the ``code`` query (``via="query"``)."""
+    ``x-functions-key`` (``via="header"``) or the ``code`` query (``via="query"``). ``mode``
+    ``auto`` probes the 2026 protocol's ``server/discover`` first (this server answers
+    -32601, so the client falls back to ``initialize``); the SSE transport is handshake-era."""
     headers = {"x-functions-key": key} if key and via == "header" else {}
     query = f"?code={key}" if key and via == "query" else ""
     if transport == "http":
