@@ -15,9 +15,8 @@ import itertools
 import json
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 from aiohttp import ClientSession, web
@@ -116,7 +115,7 @@ class AlternatingProxy:
             }
             return web.Response(status=resp.status, body=body, headers=keep)
 
-    def __enter__(self) -> AlternatingProxy:
+    def __enter__(self) -> Self:
         self.thread.start()
         self.ready.wait(10)
         return self
