@@ -17,6 +17,7 @@ passes them (``functions.invocation``).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Callable, Mapping
@@ -35,6 +36,17 @@ def transport(name: str, session_id: str | None, headers: Mapping[str, str]) -> 
     return {"name": name, "sessionId": session_id, "properties": {"headers": kept}}
 
 
+@functools.cache
+def _parameters(target: Callable[..., Any]) -> tuple[tuple[str, bool], ...]:
+    """The app function's parameters, each with whether it takes the whole context; asked
+    once per function, not at every call."""
+    return tuple(
+        (name, p.annotation is func.MCPToolContext or p.annotation == "func.MCPToolContext")
+        for name, p in inspect.signature(target).parameters.items()
+    )
+
+
+@functools.cache
 def library_wrapped(fn: Callable[..., Any]) -> Callable[..., Any] | None:
     """The app's own function behind the 1.26 ``mcp_tool`` wrapper, or None."""
     target = getattr(fn, "__wrapped__", None)
@@ -66,8 +78,8 @@ class Caller:
         trigger = str(info.trigger().get("name") or "context")
         kwargs.pop(trigger, None)
         arguments = context.get("arguments") or {}
-        for name, param in inspect.signature(target).parameters.items():
-            if param.annotation is func.MCPToolContext or param.annotation == "func.MCPToolContext":
+        for name, whole in _parameters(target):
+            if whole:
                 kwargs[name] = context
             elif name in arguments and name not in kwargs:
                 kwargs[name] = arguments[name]
