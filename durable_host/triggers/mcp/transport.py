@@ -3,8 +3,8 @@
 * ``POST /runtime/webhooks/mcp`` - Streamable HTTP, stateless as the extension serves it: the
   client must accept both ``application/json`` and ``text/event-stream`` (else 406); the
   answer to a request is one SSE ``message`` event (or, with
-  ``DURABLE_HOST_MCP_RESPONSE=json``, a JSON body); a notification or a response is answered
-  202 with no body. ``initialize`` hands out ``Mcp-Session-Id`` (``sessions``); a later
+  ``DURABLE_HOST_MCP_RESPONSE=json``, a JSON body), an empty stream when the client cancelled
+  the request; a notification or a response is answered 202 with no body. ``initialize`` hands out ``Mcp-Session-Id`` (``sessions``); a later
   request that carries one must verify (else 400 ``Invalid client state.``); an
   ``MCP-Protocol-Version`` header this server does not speak is 400. ``GET`` and ``DELETE``
   are 405 (no server-initiated stream, nothing to delete: the session is a signed id).
@@ -137,24 +137,16 @@ class McpRoutes:
             await self.server.handle(message, origin)
             return web.Response(status=202, headers=headers)
         task = asyncio.ensure_future(self.server.handle(message, origin))
+        answer = await self._outcome(task)
         if self.json_responses:
-            answer = await self._outcome(task)
             if answer is None:  # cancelled by the client: no answer
                 return web.Response(status=202, headers=headers)
             return web.json_response(answer, headers=headers)
-        response = web.StreamResponse(
-            headers={
-                **headers,
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache,no-store",
-            }
-        )
-        await response.prepare(request)
-        answer = await self._outcome(task)
-        if answer is not None:
-            await response.write(_sse_event("message", json.dumps(answer)))
-        await response.write_eof()
-        return response
+        # One event, sent whole once it is known: the stream carries no progress or requests
+        # from this server, so holding the headers back costs the client nothing.
+        body = _sse_event("message", json.dumps(answer)) if answer is not None else b""
+        headers["Cache-Control"] = "no-cache,no-store"
+        return web.Response(body=body, content_type="text/event-stream", headers=headers)
 
     @staticmethod
     async def _outcome(task: asyncio.Task[dict[str, Any] | None]) -> dict[str, Any] | None:
