@@ -22,6 +22,8 @@ every other client has. The read API (bad parameters answer 400 with a message n
 * ``api/instances/{id}``: the status with its history, ``parentInstanceId`` and
   ``subOrchestrations`` (``listing.py`` says where each comes from);
 * ``api/timers``: the app's timer triggers, their schedules, last and next occurrence;
+* ``api/mcp``: the app's MCP tools, resources (and templates) and prompts, as an MCP client
+  lists them (``triggers.mcp.catalog``), and the endpoint that serves them;
 * ``api/entities``: the entities of one entity function, with their state.
 """
 
@@ -40,6 +42,7 @@ from durable_host.core.records import InstanceRecord, Query, RuntimeStatus
 from durable_host.dashboard import listing
 from durable_host.engine.client import ClientError, DurableClient, status_payload
 from durable_host.triggers import timer as timer_triggers
+from durable_host.triggers.mcp.catalog import Catalog
 
 BASE = "/admin/dashboard"
 PAGE_SIZE = 25
@@ -84,6 +87,8 @@ class Dashboard:
                 return web.json_response(await self._counts(request))
             if rest == "api/timers":
                 return web.json_response(await self._timers())
+            if rest == "api/mcp":
+                return web.json_response(self._mcp())
             if rest == "api/entities":
                 return web.json_response(await self._entities(request))
         except ClientError as error:
@@ -125,6 +130,18 @@ class Dashboard:
             "entities": sorted(index.entities),
             "http": sorted(f.name for f in index.http),
             "statuses": list(STATUSES),
+        }
+
+    def _mcp(self) -> dict[str, Any]:
+        catalog = Catalog.build(self.client.engine.index.mcp)  # checked at start-up already
+        return {
+            "endpoint": "/runtime/webhooks/mcp",
+            "tools": [{**t.wire(), "function": t.info.name} for t in catalog.tools.values()],
+            "resources": [
+                {**r.wire(), "function": r.info.name}
+                for r in [*catalog.resources.values(), *catalog.templates]
+            ],
+            "prompts": [{**p.wire(), "function": p.info.name} for p in catalog.prompts.values()],
         }
 
     def _filters(self, request: web.Request, statuses: tuple[str, ...] = ()) -> Query:

@@ -284,3 +284,17 @@ def test_a_cancelled_call_gets_no_answer_and_the_host_goes_on(host: HostProcess)
     status, body, _ = outcome["answer"]
     assert status == 200 and body is None  # the stream ends with no answer
     assert rpc(host, "ping", headers=h)[0] == 200
+
+
+def test_the_dashboard_lists_the_tools_resources_and_prompts(host: HostProcess) -> None:
+    listed = host.get("/admin/dashboard/api/mcp").json()
+    assert listed["endpoint"] == MCP
+    tools = {t["name"]: t for t in listed["tools"]}
+    assert tools["echo"]["function"] == "echo" and tools["hello"]["inputSchema"]["required"] == [
+        "name"
+    ]
+    uris = {r.get("uri") or r.get("uriTemplate") for r in listed["resources"]}
+    assert {"file://readme.md", "file://docs/{name}", "ui://widget/card.html"} <= uris
+    assert {p["name"] for p in listed["prompts"]} == {"code_review", "conversation"}
+    page = host.get("/admin/dashboard").body.decode()
+    assert 'id="mcp-tools"' in page and "listMcp" in page
