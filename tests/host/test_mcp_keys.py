@@ -1,13 +1,18 @@
 """The MCP endpoints behind the extension's keys: the ``mcp_extension`` system key (listed
 by ``durable-host keys``) in ``x-functions-key`` or ``code``, the master key, 401 without
 one or with a wrong one, ``webhookAuthorizationLevel: anonymous`` opening them, and the SSE
-transport announcing its message endpoint with the ``code`` on."""
+transport announcing its message endpoint with the ``code`` on.
+
+Also a client nobody here wrote, in another language: the MCP Inspector's command-line mode
+(``@modelcontextprotocol/inspector``, pinned in ``package.json``; ``npm ci`` installs it),
+with the key in a header, over both transports."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import shutil
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,11 +20,12 @@ from typing import Any
 
 import pytest
 
-from tests.harness import APPS, HostProcess, store_spec_for
+from tests.harness import APPS, ROOT, HostProcess, store_spec_for
 from tests.host.mcp_client import MCP, connect, rpc
 from tests.host.test_auth import keys_of
 
 APP = APPS / "mcp"
+INSPECTOR = ROOT / "node_modules" / ".bin" / "mcp-inspector"
 
 
 @pytest.fixture(scope="module")
@@ -102,3 +108,64 @@ def test_anonymous_webhook_level_opens_the_mcp_endpoints(tmp_path: Path) -> None
         assert proc.get("/runtime/webhooks/durabletask/instances").status == 401
     finally:
         proc.stop()
+
+
+def inspector(url: str, key: str, *args: str) -> Any:
+    """One MCP Inspector CLI call; its JSON answer."""
+    if not INSPECTOR.exists():
+        pytest.skip("the MCP Inspector is not installed: run `npm ci` (package.json pins it)")
+    out = subprocess.run(
+        [str(INSPECTOR), "--cli", url, "--header", f"x-functions-key: {key}", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
+def test_the_mcp_inspector_cli_uses_every_kind(secured: HostProcess, keys: dict[str, Any]) -> None:
+    key = mcp_key(keys)
+    http, sse = f"{secured.base_url}{MCP}", f"{secured.base_url}{MCP}/sse"
+    listed = inspector(http, key, "--method", "tools/list")
+    assert {"hello", "echo", "shout", "weather"} <= {t["name"] for t in listed["tools"]}
+    called = inspector(
+        http, key, "--method", "tools/call", "--tool-name", "hello", "--tool-arg", "name=Inspector"
+    )
+    assert called["content"] == [{"type": "text", "text": "Hello, Inspector!"}]
+    weather = inspector(
+        sse,
+        key,
+        "--transport",
+        "sse",
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "weather",
+        "--tool-arg",
+        "city=Oslo",
+    )
+    assert weather["structuredContent"] == {"city": "Oslo", "celsius": 21.5}
+    read = inspector(
+        sse, key, "--transport", "sse", "--method", "resources/read", "--uri", "file://docs/a.md"
+    )
+    assert read["contents"][0]["text"] == "document a.md"
+    prompt = inspector(
+        http,
+        key,
+        "--method",
+        "prompts/get",
+        "--prompt-name",
+        "code_review",
+        "--prompt-args",
+        "code=x = 1",
+    )
+    assert prompt["messages"][0]["content"]["text"] == "Review this python code:\nx = 1"
+    # without the key the Inspector fails, as the endpoint answers 401
+    refused = subprocess.run(
+        [str(INSPECTOR), "--cli", http, "--method", "tools/list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode != 0
