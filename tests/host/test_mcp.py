@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import APPS, WEBHOOK, HostProcess, store_spec_for, store_specs
+from tests.harness import APPS, WEBHOOK, HostProcess, store_spec_for, store_specs, wait_for
 from tests.host.mcp_client import MCP, connect, rpc
 
 APP = APPS / "mcp"
@@ -28,8 +28,13 @@ def host(
 ) -> Iterator[HostProcess]:
     tmp: Path = tmp_path_factory.mktemp("mcp")
     # the host's request limit (the MCP endpoints share it), small so a test sends little
-    limit = {"DURABLE_HOST_MAX_REQUEST_BYTES": str(LIMIT)}
-    proc = HostProcess(APP, store_spec_for(request.param, tmp), env=limit).start()
+    # and its spans in a file (the console exporter), for the telemetry test
+    env = {
+        "DURABLE_HOST_MAX_REQUEST_BYTES": str(LIMIT),
+        "OTEL_TRACES_EXPORTER": "console",
+        "DURABLE_HOST_TELEMETRY_FILE": str(tmp / "telemetry.jsonl"),
+    }
+    proc = HostProcess(APP, store_spec_for(request.param, tmp), env=env).start()
     yield proc
     proc.stop()
 
@@ -298,3 +303,33 @@ def test_the_dashboard_lists_the_tools_resources_and_prompts(host: HostProcess) 
     assert {p["name"] for p in listed["prompts"]} == {"code_review", "conversation"}
     page = host.get("/admin/dashboard").body.decode()
     assert 'id="mcp-tools"' in page and "listMcp" in page
+
+
+def test_each_call_is_a_span_under_the_callers_trace(host: HostProcess) -> None:
+    trace_id, caller = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    traced = {"traceparent": f"00-{trace_id}-{caller}-01"}
+    assert (
+        rpc(host, "tools/call", {"name": "hello", "arguments": {"name": "T"}}, headers=traced)[0]
+        == 200
+    )
+    assert rpc(host, "tools/call", {"name": "fails"}, headers=traced)[0] == 200
+    assert rpc(host, "prompts/get", {"name": "conversation"}, headers=traced)[0] == 200
+    out = Path(host.env["DURABLE_HOST_TELEMETRY_FILE"])
+
+    def spans() -> dict[str, dict[str, Any]] | None:
+        if not out.exists():
+            return None
+        found = {}
+        for line in out.read_text().splitlines():
+            span = json.loads(line) if line.strip() else {}
+            if span.get("context", {}).get("trace_id", "").removeprefix("0x") == trace_id:
+                found[span["name"]] = span
+        wanted = {"mcp tools/call hello", "mcp tools/call fails", "mcp prompts/get conversation"}
+        return found if wanted <= set(found) else None
+
+    found = wait_for(spans, 20, "the MCP spans")
+    hello = found["mcp tools/call hello"]
+    assert hello["parent_id"].removeprefix("0x") == caller
+    assert hello["attributes"]["faas.invoked_name"] == "hello"
+    assert hello["status"]["status_code"] == "UNSET"
+    assert found["mcp tools/call fails"]["status"]["status_code"] == "ERROR"
