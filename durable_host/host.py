@@ -37,7 +37,7 @@ from durable_host.functions import config as config_mod
 from durable_host.functions import loader, startup_report
 from durable_host.http import auth, cors, listener
 from durable_host.http.key_routes import KeyRoutes
-from durable_host.http.keys import KeyConfigError, Keys
+from durable_host.http.keys import DURABLE_SYSTEM_KEY, MCP_SYSTEM_KEY, KeyConfigError, Keys
 from durable_host.http.limits import Limits
 from durable_host.ops import telemetry
 from durable_host.ops.settings import ConfigError
@@ -117,7 +117,8 @@ class Host:
             serve_versions(self.engine.parking, set(index.activities))
         log.info("%s", telemetry_line)  # after the checks whose failure is one line alone
         await self.store.open()
-        keys = Keys(self.store, os.environ) if auth_on else None
+        system = (DURABLE_SYSTEM_KEY, MCP_SYSTEM_KEY) if index.mcp else (DURABLE_SYSTEM_KEY,)
+        keys = Keys(self.store, os.environ, system=system) if auth_on else None
         if keys is not None:
             await keys.load()
         self.gate = auth.Gate(keys, auth_on)

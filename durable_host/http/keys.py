@@ -4,8 +4,9 @@
 * **Host function keys** (``default`` and any added) are valid for every function of level
   ``function``; **per-function keys** only for their function.
 * **System keys**; ``durabletask_extension`` opens the Durable management webhooks (and is
-  the ``code=`` of every check-status link); ``mcp_extension`` the MCP endpoints (created
-  on the first load of a hub whose stored keys predate it).
+  the ``code=`` of every check-status link); ``mcp_extension`` the MCP endpoints - made, as
+  the Functions host makes an extension's system key, once an app that uses the extension
+  runs (``Keys(..., system=...)``), also on a hub whose stored keys predate it.
 
 Where they come from: ``DURABLE_HOST_MASTER_KEY`` and ``DURABLE_HOST_FUNCTION_KEY`` (the
 environment, or ``local.settings.json`` Values) fix the master key and the ``default``
@@ -96,9 +97,8 @@ class KeySet:
     functions: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @classmethod
-    def fresh(cls) -> KeySet:
-        system = {name: generate() for name in SYSTEM_KEYS}
-        return cls(generate(), {DEFAULT: generate()}, system, {})
+    def fresh(cls, system: tuple[str, ...] = (DURABLE_SYSTEM_KEY,)) -> KeySet:
+        return cls(generate(), {DEFAULT: generate()}, {n: generate() for n in system}, {})
 
     def to_json(self) -> str:
         return json.dumps(
@@ -179,8 +179,11 @@ class Keys:
         store: SecretStore,
         settings: Mapping[str, str],
         clock: Callable[[], float] = time.monotonic,
+        system: tuple[str, ...] = (DURABLE_SYSTEM_KEY,),
     ) -> None:
+        """``system``: the system keys the app's extensions need (made when missing)."""
         self.store = store
+        self.system = system
         self.clock = clock
         self.fixed: dict[str, str] = {}  # key name -> the setting that fixes it
         self._master = self._setting(settings, MASTER_SETTING, MASTER)
@@ -214,7 +217,7 @@ class Keys:
         async with self._lock:
             text = await self.store.get_secret(SECRET_NAME)
             if text is None:
-                fresh = KeySet.fresh().to_json()
+                fresh = KeySet.fresh(self.system).to_json()
                 if not await self.store.swap_secret(SECRET_NAME, None, fresh):
                     # Another host (or a lost answer to our own write) got there first.
                     text = await self.store.get_secret(SECRET_NAME)
@@ -228,10 +231,10 @@ class Keys:
                 ) from exc
             self._read_at = self.clock()
             stored = self._stored
-        if any(name not in stored.system for name in SYSTEM_KEYS):
-            # Keys stored before a system key existed: add the missing ones, keep the rest.
+        if any(name not in stored.system for name in self.system):
+            # Keys stored before the app needed this system key: add it, keep the rest.
             def add(keys: KeySet) -> KeySet:
-                missing = {n: generate() for n in SYSTEM_KEYS if n not in keys.system}
+                missing = {n: generate() for n in self.system if n not in keys.system}
                 return replace(keys, system={**keys.system, **missing})
 
             return await self.change(add)
@@ -261,7 +264,7 @@ class Keys:
         async with self._lock:
             for _ in range(8):
                 text = await self.store.get_secret(SECRET_NAME)
-                base = KeySet.from_json(text) if text is not None else KeySet.fresh()
+                base = KeySet.from_json(text) if text is not None else KeySet.fresh(self.system)
                 new = mutate(base).to_json()
                 if await self.store.swap_secret(SECRET_NAME, text, new):
                     stored = new
