@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
+from tests.browser import DevTools, browser, needs_chromium  # noqa: F401 - browser: a fixture
 from tests.harness import APPS, WEBHOOK, HostProcess, store_spec_for, store_specs, wait_for
 from tests.host.mcp_client import MCP, connect, rpc
+from tests.screenshots import save, window
 
 APP = APPS / "mcp"
 LIMIT = 1024 * 1024
@@ -333,3 +335,29 @@ def test_each_call_is_a_span_under_the_callers_trace(host: HostProcess) -> None:
     assert hello["attributes"]["faas.invoked_name"] == "hello"
     assert hello["status"]["status_code"] == "UNSET"
     assert found["mcp tools/call fails"]["status"]["status_code"] == "ERROR"
+
+
+@needs_chromium
+def test_the_dashboards_mcp_view_in_a_browser(
+    host: HostProcess,
+    browser: DevTools,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+) -> None:
+    if not host.store.startswith("sqlite"):
+        pytest.skip("the page is the same on every store: SQLite's host shows it")
+    browser.open(f"{host.base_url}/admin/dashboard#/mcp")
+    window(browser)
+    tools = "[...document.querySelectorAll('#mcp-tools tr[data-tool]')].map(tr => tr.dataset.tool)"
+    wait_for(lambda: "hello" in (browser.evaluate(tools) or []), 30, "the tools listed")
+    hello = browser.evaluate("document.querySelector('#mcp-tools tr[data-tool=hello]').textContent")
+    assert "Greets someone by name." in hello and "name*" in hello and "times" in hello
+    resources = browser.evaluate(
+        "[...document.querySelectorAll('#mcp-resources tr')].map(tr => tr.dataset.resource)"
+    )
+    assert "file://docs/{name}" in resources and "ui://widget/card.html" in resources
+    prompt = browser.evaluate(
+        "document.querySelector('#mcp-prompts tr[data-prompt=code_review]').textContent"
+    )
+    assert "code*" in prompt and "language" in prompt
+    assert browser.evaluate("document.getElementById('mcp-endpoint').textContent").endswith(MCP)
+    save(browser, tmp_path, "dashboard-mcp")
