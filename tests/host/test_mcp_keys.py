@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.harness import APPS, ROOT, HostProcess, store_spec_for
+from tests.host.mcp_checks import check_resources_and_prompts, check_tools
 from tests.host.mcp_client import MCP, connect, rpc
 from tests.host.test_auth import keys_of
 
@@ -79,6 +80,9 @@ def test_the_mcp_endpoints_need_the_mcp_extension_key(
                 async with connect(secured.base_url, transport, key, via=via) as client:
                     result = await client.call_tool("hello", {"name": via})
                     assert result.content[0].text == f"Hello, {via}!"
+                    if via == "header":  # every kind, with the key
+                        await check_tools(client, transport)
+                        await check_resources_and_prompts(client)
 
     asyncio.run(go())
 
