@@ -4,8 +4,8 @@
   (or its status); the orchestration a tool started survives a SIGKILL of the host between
   the call and its end, and a later tool call on the restarted host reads its output.
 * Two hosts on one task hub behind a proxy that sends each request to the other host: the
-  session the client opened on one host serves every later request on either (Azure store:
-  SQLite is one host per file).
+  session the client opened on one host serves every later request on either (on Azure
+  Storage and PostgreSQL when under test: SQLite is one host per file).
 """
 
 from __future__ import annotations
@@ -131,11 +131,15 @@ class AlternatingProxy:
         self.thread.join(10)
 
 
-def test_one_client_session_across_two_hosts(tmp_path: Path) -> None:
-    if "azure" not in store_specs():
-        pytest.skip("two hosts share a hub on the Azure store (DURABLE_TEST_STORES=...,azure)")
+SHARED_STORES = [s for s in store_specs() if s != "sqlite"] or ["azure"]
+
+
+@pytest.mark.parametrize("shared", SHARED_STORES)
+def test_one_client_session_across_two_hosts(shared: str) -> None:
+    if shared not in store_specs():
+        pytest.skip("two hosts share a hub on Azure or PostgreSQL (DURABLE_TEST_STORES=...,azure)")
     hub = {"DURABLE_HOST_HUB": "Mcp" + uuid.uuid4().hex[:12]}
-    hosts = [HostProcess(APP, "azure", env=dict(hub)).start() for _ in range(2)]
+    hosts = [HostProcess(APP, shared, env=dict(hub)).start() for _ in range(2)]
     try:
         with AlternatingProxy([h.base_url for h in hosts]) as proxy:
 
