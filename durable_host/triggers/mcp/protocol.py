@@ -276,7 +276,7 @@ class Server:
         try:
             return await call
         except Exception as exc:
-            log.exception("MCP function for %s failed", what)
+            log.exception("MCP function for %r failed", what)
             raise RpcError(INTERNAL_ERROR, f"An error occurred in '{what}': {_describe(exc)}")
 
 
