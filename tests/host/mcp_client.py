@@ -3,12 +3,16 @@ transport, and raw JSON-RPC posts for what a well-behaved client never sends."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Self
 
 import httpx2
+from aiohttp import ClientSession, web
 from mcp import Client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
@@ -76,3 +80,64 @@ def answer_of(body: bytes) -> dict[str, Any] | None:
         if line.startswith("data: "):
             return json.loads(line[len("data: ") :])  # type: ignore[no-any-return]
     return json.loads(text)  # type: ignore[no-any-return]
+
+
+class AlternatingProxy:
+    """A reverse proxy on loopback that sends each request to the next of its upstreams."""
+
+    def __init__(self, upstreams: list[str]) -> None:
+        self.upstreams = itertools.cycle(upstreams)
+        self.served: dict[str, int] = {u: 0 for u in upstreams}
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.base_url = ""
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self._serve())
+        self.ready.set()
+        self.loop.run_forever()
+
+    async def _serve(self) -> None:
+        self.session = ClientSession()
+        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.base_url = f"http://127.0.0.1:{port}"
+
+    async def _forward(self, request: web.Request) -> web.Response:
+        upstream = next(self.upstreams)
+        self.served[upstream] += 1
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host",)}
+        async with self.session.request(
+            request.method,
+            upstream + str(request.rel_url),
+            headers=headers,
+            data=await request.read(),
+        ) as resp:
+            body = await resp.read()
+            keep = {
+                k: v
+                for k, v in resp.headers.items()
+                if k.lower() not in ("content-length", "transfer-encoding", "content-encoding")
+            }
+            return web.Response(status=resp.status, body=body, headers=keep)
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        self.ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        async def close() -> None:
+            await self.session.close()
+            await self.runner.cleanup()
+
+        asyncio.run_coroutine_threadsafe(close(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)

@@ -2,7 +2,9 @@
 kind of tool, resource and prompt over Streamable HTTP and the legacy SSE transport, on each
 store under test (``DURABLE_TEST_STORES``), keys off (loopback). Then bad input, by raw
 JSON-RPC posts: the protocol's errors with a clear message, nothing run or written, the host
-unharmed; and the cancellation of a running tool call."""
+unharmed; and the cancellation of a running tool call. Last, durable functions behind MCP (a
+SIGKILL between a tool's call and its orchestration's end) and one client session across two
+hosts of one hub. The tests share the module's host per store (the crash test restarts it)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import pytest
 from tests.browser import DevTools, browser, needs_chromium  # noqa: F401 - browser: a fixture
 from tests.harness import APPS, WEBHOOK, HostProcess, store_spec_for, store_specs, wait_for
 from tests.host.mcp_checks import check_resources_and_prompts, check_tools
-from tests.host.mcp_client import MCP, connect, rpc
+from tests.host.mcp_client import MCP, AlternatingProxy, connect, rpc
 from tests.screenshots import save, window
 
 APP = APPS / "mcp"
@@ -267,3 +269,72 @@ def test_the_dashboards_mcp_view_in_a_browser(
     assert "code*" in prompt and "language" in prompt
     assert browser.evaluate("document.getElementById('mcp-endpoint').textContent").endswith(MCP)
     save(browser, tmp_path, "dashboard-mcp")
+
+
+# --- durable functions behind MCP; one session across two hosts --------------------------
+
+
+def tool_json(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result
+    return json.loads(result.content[0].text)  # type: ignore[no-any-return]
+
+
+def test_one_client_session_across_two_hosts(host: HostProcess) -> None:
+    """A second host on the module host's hub, a proxy that sends each request to the other
+    host: the session opened on one serves every later request on either (Azure Storage and
+    PostgreSQL: SQLite is one host per file)."""
+    if host.store.startswith("sqlite"):
+        pytest.skip("SQLite is one host per file: two hosts share Azure or PostgreSQL hubs")
+    other = HostProcess(APP, host.store, env=dict(host.env)).start()  # the same hub
+    try:
+        with AlternatingProxy([host.base_url, other.base_url]) as proxy:
+
+            async def go() -> None:
+                async with connect(proxy.base_url, mode="legacy") as client:
+                    for i in range(4):  # each call on the other host than the one before
+                        result = await client.call_tool("hello", {"name": f"n{i}"})
+                        assert result.content[0].text == f"Hello, n{i}!"
+                    echoed = await client.call_tool("echo", {"text": "t"})
+                    assert json.loads(echoed.content[0].text)["session"] is True
+                    assert (await client.read_resource("file://readme.md")).contents
+                    waited = tool_json(await client.call_tool("countdown_and_wait", {"seconds": 0}))
+                    assert waited["output"] == "done after 0s"
+
+            run(go())
+            assert all(n >= 3 for n in proxy.served.values()), proxy.served
+    finally:
+        other.stop()
+
+
+def test_a_tool_runs_an_orchestration_that_survives_a_sigkill(host: HostProcess) -> None:
+    """A tool with the ``durableClient`` binding starts an orchestration and returns its
+    output (or its status); the one it started survives a SIGKILL of the host between the
+    call and its end, and a tool on the restarted host reads its output. Last in the module:
+    it restarts the module's host."""
+    if not host.store.startswith(store_specs()[0]):
+        pytest.skip("the first store under test is enough for the crash")
+
+    async def start() -> str:
+        async with connect(host.base_url) as client:
+            waited = tool_json(await client.call_tool("countdown_and_wait", {"seconds": 0}))
+            assert waited == {"runtimeStatus": "Completed", "output": "done after 0s"}
+            started = tool_json(await client.call_tool("start_countdown", {"seconds": 2}))
+            assert started["runtimeStatus"] in ("Pending", "Running")
+            return str(started["id"])
+
+    instance = run(start())
+    host.kill()  # the countdown's timer is still running
+    host.start()
+
+    async def finished() -> dict[str, Any]:
+        async with connect(host.base_url) as client:
+            for _ in range(300):
+                status = tool_json(
+                    await client.call_tool("countdown_status", {"instance_id": instance})
+                )
+                if status["runtimeStatus"] == "Completed":
+                    return status
+                await asyncio.sleep(0.1)
+        raise AssertionError(f"the countdown did not complete: {status}")
+
+    assert run(finished())["output"] == "done after 2s"

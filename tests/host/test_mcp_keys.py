@@ -131,8 +131,6 @@ def inspector(url: str, key: str, *args: str) -> Any:
 def test_the_mcp_inspector_cli_uses_every_kind(secured: HostProcess, keys: dict[str, Any]) -> None:
     key = mcp_key(keys)
     http, sse = f"{secured.base_url}{MCP}", f"{secured.base_url}{MCP}/sse"
-    listed = inspector(http, key, "--method", "tools/list")
-    assert {"hello", "echo", "shout", "weather"} <= {t["name"] for t in listed["tools"]}
     called = inspector(
         http, key, "--method", "tools/call", "--tool-name", "hello", "--tool-arg", "name=Inspector"
     )
@@ -152,11 +150,3 @@ def test_the_mcp_inspector_cli_uses_every_kind(secured: HostProcess, keys: dict[
         "code=x = 1",
     )
     assert prompt["messages"][0]["content"]["text"] == "Review this python code:\nx = 1"
-    # without the key the Inspector fails, as the endpoint answers 401
-    refused = subprocess.run(
-        [str(INSPECTOR), "--cli", http, "--method", "tools/list"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert refused.returncode != 0
