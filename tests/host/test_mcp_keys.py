@@ -32,7 +32,12 @@ INSPECTOR = ROOT / "node_modules" / ".bin" / "mcp-inspector"
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
     tmp: Path = tmp_path_factory.mktemp("mcpkeys")
-    proc = HostProcess(APP, store_spec_for("sqlite", tmp), args=["--auth", "keys"]).start()
+    # and JSON answers on Streamable HTTP (the keys-off tests get SSE events): every SDK client
+    # test here reads them
+    json_answers = {"DURABLE_HOST_MCP_RESPONSE": "json"}
+    proc = HostProcess(
+        APP, store_spec_for("sqlite", tmp), env=json_answers, args=["--auth", "keys"]
+    ).start()
     yield proc
     proc.stop()
 
@@ -63,7 +68,9 @@ def test_the_mcp_endpoints_need_the_mcp_extension_key(
         assert body is not None and "mcp_extension" in body["message"]
     for path in (f"{MCP}/sse", f"{MCP}/message?azmcpcs=x"):
         assert secured.request("GET" if path.endswith("sse") else "POST", path).status == 401
-    assert rpc(secured, "tools/list", headers={"x-functions-key": key})[0] == 200
+    status, answer, headers = rpc(secured, "tools/list", headers={"x-functions-key": key})
+    assert status == 200 and headers["Content-Type"].startswith("application/json")
+    assert answer is not None and answer["result"]["tools"]
     master = keys["master"]["value"]
     assert rpc(secured, "tools/list", headers={"x-functions-key": master})[0] == 200
     resp = secured.request(

@@ -11,24 +11,29 @@ extension, with their sources, in ``docs/extension-semantics.md``).
 * ``transport``  Streamable HTTP and the legacy SSE transport over aiohttp.
 
 ``open_routes`` builds the whole for an app (None when it declares nothing of MCP); a
-declaration it cannot serve stops the start with ``CatalogError`` naming the function.
+declaration it cannot serve stops the start with ``CatalogError`` naming the function, a
+``DURABLE_HOST_MCP_RESPONSE`` other than ``sse`` (the default) or ``json`` with
+``ConfigError``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 from durable_host.functions.loader import FunctionInfo
 from durable_host.http.keys import SecretStore
 from durable_host.http.limits import Limits
+from durable_host.ops.settings import ConfigError
 from durable_host.triggers.mcp.calls import Caller
 from durable_host.triggers.mcp.catalog import Catalog, CatalogError
 from durable_host.triggers.mcp.protocol import Server, Settings
 from durable_host.triggers.mcp.sessions import Sessions
 from durable_host.triggers.mcp.transport import BASE, McpRoutes
 
+RESPONSE_SETTING = "DURABLE_HOST_MCP_RESPONSE"  # how Streamable HTTP answers: sse | json
 __all__ = ["BASE", "CatalogError", "McpRoutes", "Settings", "open_routes", "settings_of"]
 
 
@@ -48,8 +53,11 @@ async def open_routes(
 ) -> McpRoutes | None:
     if not functions:
         return None
+    response = os.environ.get(RESPONSE_SETTING, "").strip().lower() or "sse"
+    if response not in ("sse", "json"):
+        raise ConfigError(f"{RESPONSE_SETTING}={response[:40]!r} is not sse or json")
     catalog = Catalog.build(functions)
     server = Server(catalog, Caller(client_json, str(app_dir)), settings_of(app_dir))
     sessions = Sessions(store)
     await sessions.load()
-    return McpRoutes(server, sessions, limits)
+    return McpRoutes(server, sessions, limits, json_responses=response == "json")

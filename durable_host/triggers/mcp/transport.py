@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 from typing import Any
 
 from aiohttp import web
@@ -59,11 +58,13 @@ def _sse_event(event: str, data: str) -> bytes:
 
 
 class McpRoutes:
-    def __init__(self, server: Server, sessions: Sessions, limits: Limits) -> None:
+    def __init__(
+        self, server: Server, sessions: Sessions, limits: Limits, *, json_responses: bool = False
+    ) -> None:
         self.server = server
         self.sessions = sessions
         self.limits = limits
-        self.json_responses = os.environ.get("DURABLE_HOST_MCP_RESPONSE", "").lower() == "json"
+        self.json_responses = json_responses
         self._streams: dict[str, asyncio.Queue[dict[str, Any] | None]] = {}  # None: close
         self._background: set[asyncio.Task[Any]] = set()
 
