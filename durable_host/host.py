@@ -37,12 +37,13 @@ from durable_host.functions import config as config_mod
 from durable_host.functions import loader, startup_report
 from durable_host.http import auth, cors, listener
 from durable_host.http.key_routes import KeyRoutes
-from durable_host.http.keys import KeyConfigError, Keys
+from durable_host.http.keys import DURABLE_SYSTEM_KEY, MCP_SYSTEM_KEY, KeyConfigError, Keys
 from durable_host.http.limits import Limits
 from durable_host.ops import telemetry
 from durable_host.ops.settings import ConfigError
 from durable_host.store.base import StoreError
 from durable_host.store.factory import StoreSpecError, open_store, step_back
+from durable_host.triggers import mcp as mcp_triggers
 from durable_host.triggers import timer as timer_triggers
 from durable_host.triggers import wake
 
@@ -56,6 +57,7 @@ STARTUP_ERRORS: tuple[type[Exception], ...] = (
     StoreSpecError,
     KeyConfigError,
     startup_report.SelectionError,
+    mcp_triggers.CatalogError,
     OSError,
 )
 
@@ -119,6 +121,7 @@ class Host:
         self.storage = storage_extension(index, self.app_dir, self.config.hub_name)
         self.idle = asyncio.Event()
         self.timers: timer_triggers.TimerTriggers | None = None
+        self.mcp: mcp_triggers.McpRoutes | None = None
         self.idle_watch: wake.IdleWatch | None = None
         self._running = self._started = False
         self.store = open_store(self.store_spec, self.config, self.lose)
@@ -131,11 +134,16 @@ class Host:
         await self.store.open()
         if self.storage is not None:  # bindings are read and written from the first invocation
             await self.storage.open()
-        keys = Keys(self.store, os.environ) if auth_on else None
+        system = (DURABLE_SYSTEM_KEY, MCP_SYSTEM_KEY) if index.mcp else (DURABLE_SYSTEM_KEY,)
+        keys = Keys(self.store, os.environ, system=system) if auth_on else None
         if keys is not None:
             await keys.load()
         self.gate = auth.Gate(keys, auth_on)
         self.client = DurableClient(self.engine)
+        self.mcp = await mcp_triggers.open_routes(
+            index.mcp, self.app_dir, self.store, limits, lambda: self.engine.client_json()
+        )
+        self.gate.mcp_anonymous = mcp_triggers.settings_of(self.app_dir).anonymous
         app = server.build_app(
             self.client,
             hub=self.config.hub_name,
@@ -149,6 +157,7 @@ class Host:
             limits=limits,
             dashboard=Dashboard(self.client, self.config.hub_name, self.storage),
             storage=self.storage,
+            mcp=self.mcp,
         )
         if self.cors:
             app.middlewares.insert(0, cors.middleware(self.cors, self.cors_credentials))
@@ -221,6 +230,8 @@ class Host:
             await self.timers.stop()
         if self.storage is not None:
             await self.storage.stop(self.grace)
+        if self.mcp is not None:
+            await self.mcp.close()
         await self.engine.stop(self.grace)
         await self._runner.cleanup()
         if self.exit_when_idle is not None and self.fatal is None:

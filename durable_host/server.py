@@ -2,7 +2,8 @@
 
 One aiohttp application on one port serves ``/admin/host/status``, the management
 webhooks, the SDK's RPC base (``rpcBaseUrl`` points back at this same port) and the
-app's HTTP triggers. It also builds the durable client binding JSON the SDK expects.
+app's HTTP triggers and, when the app declares any, the MCP extension's endpoints
+(``triggers.mcp``). It also builds the durable client binding JSON the SDK expects.
 Who may call which route is ``auth.Gate``'s decision (``docs/security.md``).
 """
 
@@ -27,6 +28,7 @@ from durable_host.store.base import StoreError
 from durable_host.triggers.durable import RPC_BASE, WEBHOOK_BASE, ManagementApi, management_urls
 from durable_host.triggers.http import FunctionRoutes
 from durable_host.triggers.storage.scale import merge as storage_scale
+from durable_host.triggers.mcp import McpRoutes
 
 log = logging.getLogger("durable_host.http")
 MAX_REQUEST = Limits().max_request_bytes  # bodies are read by limits.read_body, bounded there
@@ -98,6 +100,7 @@ def build_app(
     limits: Limits | None = None,
     dashboard: Dashboard | None = None,
     storage: Any = None,
+    mcp: McpRoutes | None = None,
 ) -> web.Application:
     """``public_base``: the origin of every link; ``local_base``: that of ``rpcBaseUrl``;
     ``storage``: the Storage extension (``triggers/storage``), whose queue and blob backlog
@@ -140,6 +143,8 @@ def build_app(
             return web.json_response(client.engine.metrics())
         if key_routes is not None and key_routes.owns(path):
             return await key_routes.handle(request)
+        if mcp is not None and mcp.owns(path):
+            return await mcp.handle(request, path)
         if dashboard is not None and dashboard.owns(path):
             return await dashboard.handle(request, path)
         for base in (WEBHOOK_BASE, RPC_BASE):

@@ -24,6 +24,8 @@ every other client has. The read API (bad parameters answer 400 with a message n
 * ``api/timers``: the app's timer triggers, their schedules, last and next occurrence;
 * ``api/storage``: the app's queue- and blob-triggered functions with their backlog (queue
   length and oldest message age; blobs not yet handled), from the Storage extension;
+* ``api/mcp``: the app's MCP tools, resources (and templates) and prompts, as an MCP client
+  lists them (``triggers.mcp.catalog``), and the endpoint that serves them;
 * ``api/entities``: the entities of one entity function, with their state.
 """
 
@@ -42,6 +44,7 @@ from durable_host.core.records import InstanceRecord, Query, RuntimeStatus
 from durable_host.dashboard import listing
 from durable_host.engine.client import ClientError, DurableClient, status_payload
 from durable_host.triggers import timer as timer_triggers
+from durable_host.triggers.mcp.catalog import Catalog
 
 BASE = "/admin/dashboard"
 PAGE_SIZE = 25
@@ -89,6 +92,8 @@ class Dashboard:
                 return web.json_response(await self._timers())
             if rest == "api/storage":
                 return web.json_response(await self._storage())
+            if rest == "api/mcp":
+                return web.json_response(self._mcp())
             if rest == "api/entities":
                 return web.json_response(await self._entities(request))
         except ClientError as error:
@@ -130,6 +135,18 @@ class Dashboard:
             "entities": sorted(index.entities),
             "http": sorted(f.name for f in index.http),
             "statuses": list(STATUSES),
+        }
+
+    def _mcp(self) -> dict[str, Any]:
+        catalog = Catalog.build(self.client.engine.index.mcp)  # checked at start-up already
+        return {
+            "endpoint": "/runtime/webhooks/mcp",
+            "tools": [{**t.wire(), "function": t.info.name} for t in catalog.tools.values()],
+            "resources": [
+                {**r.wire(), "function": r.info.name}
+                for r in [*catalog.resources.values(), *catalog.templates]
+            ],
+            "prompts": [{**p.wire(), "function": p.info.name} for p in catalog.prompts.values()],
         }
 
     def _filters(self, request: web.Request, statuses: tuple[str, ...] = ()) -> Query:

@@ -28,7 +28,7 @@ class AppLoadError(Exception):
 @dataclass(frozen=True, slots=True)
 class FunctionInfo:
     name: str
-    kind: str  # http | orchestrator | activity | entity | timer | storage | other
+    kind: str  # http | orchestrator | activity | entity | timer | storage | mcp | other
     fn: Callable[..., Any]
     bindings: tuple[dict[str, Any], ...]
     disabled: bool = False
@@ -49,6 +49,8 @@ class AppIndex:
     timers: list[FunctionInfo] = field(default_factory=list)  # triggers/timer.py runs them
     # queue- and blob-triggered functions (triggers/storage runs them)
     storage: list[FunctionInfo] = field(default_factory=list)
+    # MCP tools, resources and prompts (triggers/mcp serves them)
+    mcp: list[FunctionInfo] = field(default_factory=list)
     # functions whose trigger this host does not run (listed at start-up, never served)
     other: list[FunctionInfo] = field(default_factory=list)
 
@@ -70,6 +72,9 @@ _KINDS = {
     "timerTrigger": ("timer", None),
     "queueTrigger": ("storage", None),
     "blobTrigger": ("storage", None),
+    "mcpToolTrigger": ("mcp", None),
+    "mcpResourceTrigger": ("mcp", None),
+    "mcpPromptTrigger": ("mcp", None),
 }
 
 
@@ -123,6 +128,8 @@ def index_functions(app: func.FunctionRegister) -> AppIndex:
             index.timers.append(info)
         elif kind == "storage":
             index.storage.append(info)
+        elif kind == "mcp":
+            index.mcp.append(info)
         else:
             index.other.append(info)
     return index

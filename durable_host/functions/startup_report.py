@@ -24,6 +24,7 @@ from typing import Any
 from durable_host.functions.loader import AppIndex, FunctionInfo
 
 WEBHOOK = "/runtime/webhooks/durabletask"
+MCP = "/runtime/webhooks/mcp"
 # Binding types the host implements, per direction.
 SUPPORTED_IN = {
     "httpTrigger",
@@ -75,6 +76,7 @@ def all_functions(index: AppIndex) -> list[FunctionInfo]:
         *index.entities.values(),
         *index.timers,
         *index.storage,
+        *index.mcp,
         *index.other,
     ]
 
@@ -102,6 +104,7 @@ def select(index: AppIndex, names: Iterable[str] | None) -> AppIndex:
         entities={k: f for k, f in index.entities.items() if keep(f)},
         timers=[f for f in index.timers if keep(f)],
         storage=[f for f in index.storage if keep(f)],
+        mcp=[f for f in index.mcp if keep(f)],
         other=[f for f in index.other if keep(f)],
     )
     for info in all_functions(dataclasses.replace(chosen, other=[])):
@@ -152,6 +155,12 @@ def function_lines(index: AppIndex, base: str, route_prefix: str) -> list[str]:
         trigger = info.trigger()
         source = trigger.get("queueName") or trigger.get("path") or ""
         lines.append(f"  {info.name}: {trigger.get('type')} ({source}){_disabled(info)}")
+    for info in index.mcp:
+        trigger = info.trigger()
+        what = trigger.get("toolName") or trigger.get("uri") or trigger.get("promptName")
+        lines.append(f"  {info.name}: {trigger_type(info)} ({what}){_disabled(info)}")
+    if index.mcp:
+        lines.append(f"  MCP server: [POST] {base}{MCP} (legacy SSE: [GET] {base}{MCP}/sse)")
     lines += [
         "Durable client routes:",
         f"  instances: [GET,DELETE] {base}{WEBHOOK}/instances[/{{id}}]",

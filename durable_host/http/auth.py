@@ -11,6 +11,9 @@ open (the host binds only loopback then, as Core Tools does locally). With auth 
   needs the per-process RPC secret as its first path segment - the host hands functions an
   ``rpcBaseUrl`` that carries it, because the SDK appends paths and queries to that URL and
   can carry no ``code=`` - or, like the webhooks, the system or master key;
+* ``/runtime/webhooks/mcp/...`` (the MCP extension's endpoints) needs the ``mcp_extension``
+  system key or the master key, unless host.json sets
+  ``extensions.mcp.system.webhookAuthorizationLevel`` to ``anonymous`` (``mcp_anonymous``);
 * an app function: its binding's ``authLevel`` - ``anonymous`` (no key), ``function``
   (the master key, a host function key or one of the function's own keys), ``admin``
   (the master key).
@@ -44,6 +47,7 @@ KEY_HEADER = "x-functions-key"
 STATUS_PATH = "/admin/host/status"
 WEBHOOK_BASE = "/runtime/webhooks/durabletask"
 RPC_BASE = "/durabletask"
+MCP_BASE = "/runtime/webhooks/mcp"
 LOG_EVERY = 60.0
 
 
@@ -100,6 +104,7 @@ class Gate:
         self.enabled = enabled
         self.rpc_secret = secrets.token_urlsafe(32)
         self.refusals = RefusalLog()
+        self.mcp_anonymous = False  # host.json extensions.mcp.system.webhookAuthorizationLevel
 
     @property
     def rpc_segment(self) -> str | None:
@@ -148,6 +153,11 @@ class Gate:
                 "The management API needs the durabletask_extension system key or the master key."
             )
             return self._refuse(request, what, key, message), path
+        if path == MCP_BASE or path.startswith(MCP_BASE + "/"):
+            if self.mcp_anonymous or keys_mod.matches(key, (await self._keyset()).for_mcp()):
+                return None, path
+            message = "The MCP endpoint needs the mcp_extension system key or the master key."
+            return self._refuse(request, "MCP endpoint", key, message), path
         return None, path
 
     async def admit_function(self, request: web.Request, info: FunctionInfo) -> web.Response | None:

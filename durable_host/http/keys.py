@@ -4,7 +4,9 @@
 * **Host function keys** (``default`` and any added) are valid for every function of level
   ``function``; **per-function keys** only for their function.
 * **System keys**; ``durabletask_extension`` opens the Durable management webhooks (and is
-  the ``code=`` of every check-status link).
+  the ``code=`` of every check-status link); ``mcp_extension`` the MCP endpoints - made, as
+  the Functions host makes an extension's system key, once an app that uses the extension
+  runs (``Keys(..., system=...)``), also on a hub whose stored keys predate it.
 
 Where they come from: ``DURABLE_HOST_MASTER_KEY`` and ``DURABLE_HOST_FUNCTION_KEY`` (the
 environment, or ``local.settings.json`` Values) fix the master key and the ``default``
@@ -37,6 +39,8 @@ from typing import Any, Protocol
 MASTER = "_master"
 DEFAULT = "default"
 DURABLE_SYSTEM_KEY = "durabletask_extension"
+MCP_SYSTEM_KEY = "mcp_extension"
+SYSTEM_KEYS = (DURABLE_SYSTEM_KEY, MCP_SYSTEM_KEY)  # never deleted, only rotated
 SECRET_NAME = "host-keys"
 MASTER_SETTING = "DURABLE_HOST_MASTER_KEY"
 FUNCTION_SETTING = "DURABLE_HOST_FUNCTION_KEY"
@@ -93,8 +97,8 @@ class KeySet:
     functions: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @classmethod
-    def fresh(cls) -> KeySet:
-        return cls(generate(), {DEFAULT: generate()}, {DURABLE_SYSTEM_KEY: generate()}, {})
+    def fresh(cls, system: tuple[str, ...] = (DURABLE_SYSTEM_KEY,)) -> KeySet:
+        return cls(generate(), {DEFAULT: generate()}, {n: generate() for n in system}, {})
 
     def to_json(self) -> str:
         return json.dumps(
@@ -127,6 +131,11 @@ class KeySet:
             *self.host.values(),
             *self.functions.get(function.lower(), {}).values(),
         ]
+
+    def for_mcp(self) -> list[str]:
+        """Keys valid for the MCP endpoints: the ``mcp_extension`` key and the master key."""
+        mcp = self.system.get(MCP_SYSTEM_KEY, "")
+        return [self.master, *([mcp] if mcp else [])]
 
     def for_webhooks(self) -> list[str]:
         """Keys valid for the Durable management webhooks: the system key and the master key."""
@@ -170,8 +179,11 @@ class Keys:
         store: SecretStore,
         settings: Mapping[str, str],
         clock: Callable[[], float] = time.monotonic,
+        system: tuple[str, ...] = (DURABLE_SYSTEM_KEY,),
     ) -> None:
+        """``system``: the system keys the app's extensions need (made when missing)."""
         self.store = store
+        self.system = system
         self.clock = clock
         self.fixed: dict[str, str] = {}  # key name -> the setting that fixes it
         self._master = self._setting(settings, MASTER_SETTING, MASTER)
@@ -205,7 +217,7 @@ class Keys:
         async with self._lock:
             text = await self.store.get_secret(SECRET_NAME)
             if text is None:
-                fresh = KeySet.fresh().to_json()
+                fresh = KeySet.fresh(self.system).to_json()
                 if not await self.store.swap_secret(SECRET_NAME, None, fresh):
                     # Another host (or a lost answer to our own write) got there first.
                     text = await self.store.get_secret(SECRET_NAME)
@@ -218,7 +230,15 @@ class Keys:
                     f"the stored host keys ({SECRET_NAME!r}) cannot be read: {exc!r}"
                 ) from exc
             self._read_at = self.clock()
-            return self._effective(self._stored)
+            stored = self._stored
+        if any(name not in stored.system for name in self.system):
+            # Keys stored before the app needed this system key: add it, keep the rest.
+            def add(keys: KeySet) -> KeySet:
+                missing = {n: generate() for n in self.system if n not in keys.system}
+                return replace(keys, system={**keys.system, **missing})
+
+            return await self.change(add)
+        return self._effective(stored)
 
     def cached(self) -> KeySet:
         """The keys as last read (for synchronous callers: links, binding JSON); ``load``
@@ -244,7 +264,7 @@ class Keys:
         async with self._lock:
             for _ in range(8):
                 text = await self.store.get_secret(SECRET_NAME)
-                base = KeySet.from_json(text) if text is not None else KeySet.fresh()
+                base = KeySet.from_json(text) if text is not None else KeySet.fresh(self.system)
                 new = mutate(base).to_json()
                 if await self.store.swap_secret(SECRET_NAME, text, new):
                     stored = new
@@ -302,9 +322,7 @@ class Keys:
         return new_value, created
 
     async def delete(self, scope: str, name: str, function: str | None = None) -> bool:
-        if (scope == "host" and name == MASTER) or (
-            scope == "system" and name == DURABLE_SYSTEM_KEY
-        ):
+        if (scope == "host" and name == MASTER) or (scope == "system" and name in SYSTEM_KEYS):
             raise KeyChangeError(400, f"The key {name} cannot be deleted; rotate it instead.")
         self._refuse_fixed(scope, name)
         found = False

@@ -23,6 +23,8 @@ The trace of an instance (``docs/telemetry.md``):
   the other senders.
 * ``{METHOD} {route}`` - one per call of an app HTTP function (SERVER), the child of the
   request's ``traceparent``; the SDK's client sends it on with ``start_new``.
+* ``mcp {method} {name}`` - one per MCP call of an app function (``tools/call``,
+  ``resources/read``, ``prompts/get``), SERVER, the child of the request's ``traceparent``.
 
 An instance started without a trace context (telemetry was off) gets a trace id hashed from
 its instance and execution ids. Attributes are ids, names, counts, statuses and durations:
@@ -527,6 +529,36 @@ async def run_trigger(name: str, trigger: str, attributes: dict[str, Any], call:
             span.set_attribute("error.type", type(exc).__qualname__)
             span.set_status(StatusCode.ERROR)
             raise
+
+
+async def run_mcp(method: str, target: str, function: str, call: Awaitable[T]) -> T:
+    """Await ``call`` (an app MCP function: ``tools/call``, ``resources/read``,
+    ``prompts/get``) inside its SERVER span ``mcp {method} {target}``, the child of the
+    request's ``traceparent``; a tool error or a refused call marks the span failed."""
+    state = _state
+    if state is None:
+        return await call
+    with state.tracer.start_as_current_span(
+        f"mcp {method} {target}",
+        kind=SpanKind.SERVER,
+        attributes={
+            "mcp.method.name": method,
+            "faas.trigger": "other",
+            "faas.invoked_name": function,
+        },
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            result = await call
+        except BaseException as exc:
+            span.set_attribute("error.type", type(exc).__qualname__)
+            span.set_status(StatusCode.ERROR)
+            raise
+        if isinstance(result, dict) and result.get("isError"):
+            span.set_attribute("error.type", "tool_error")
+            span.set_status(StatusCode.ERROR)
+        return result
 
 
 @contextmanager

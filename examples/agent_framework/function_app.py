@@ -5,8 +5,9 @@ other, so an answer, once the entity has returned it, is a durable fact a crash 
 
 Two agents: a planner picks a place, a writer turns it into an invitation and signs it with a
 function tool (run by the framework inside the writer's entity operation). The framework also
-serves each agent over HTTP (`POST /api/agents/<name>/run`) and a health route
-(`GET /api/health`). Beside the agents, a framework workflow without a model, `banner` (two
+serves each agent over HTTP (`POST /api/agents/<name>/run`), as an MCP tool named after
+the agent (the Functions MCP extension's endpoint, `/runtime/webhooks/mcp`), and a health
+route (`GET /api/health`). Beside the agents, a framework workflow without a model, `banner` (two
 executors, each run as an activity by the `dafx-banner` orchestration; started at
 `POST /api/workflow/banner/run`), turns a text into a banner. The model endpoint is any OpenAI-compatible server speaking the chat
 completions API, named by `OPENAI_BASE_URL` and `OPENAI_API_KEY` (model: `OPENAI_MODEL`).
@@ -66,7 +67,8 @@ class Frame(Executor):
 shout, frame = Shout(id="shout"), Frame(id="frame")
 banner = WorkflowBuilder(name="banner", start_executor=shout).add_edge(shout, frame).build()
 
-app = AgentFunctionApp(agents=[planner, writer], workflow=banner)
+# enable_mcp_tool_trigger: each agent is also an MCP tool (query, sessionId) at /runtime/webhooks/mcp.
+app = AgentFunctionApp(agents=[planner, writer], workflow=banner, enable_mcp_tool_trigger=True)
 
 
 @app.orchestration_trigger(context_name="context")

@@ -228,6 +228,29 @@ def test_a_workflow_runs_as_an_orchestration_of_activities(host: DurableHost) ->
     assert host.get("/api/workflow/banner/status/no-such-run").status == 404
 
 
+def test_each_agent_is_an_mcp_tool(host: DurableHost, model: ModelServer) -> None:
+    """``enable_mcp_tool_trigger=True``: the official MCP client lists the agents as tools and
+    calls one; a second call in the same session carries the conversation."""
+    from tests.host.mcp_client import connect
+
+    async def go() -> None:
+        async with connect(host.base_url) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert set(tools) == {"Planner", "Writer"}
+            assert tools["Planner"].input_schema["required"] == ["query"]
+            first = await client.call_tool("Planner", {"query": "Where to?", "sessionId": "m1"})
+            assert not first.is_error, first
+            assert first.content[0].text == "Pick Where to?"
+            again = await client.call_tool("Planner", {"query": "Then?", "sessionId": "m1"})
+            assert again.content[0].text == "Pick Then?"
+
+    asyncio.run(go())
+    assert [[m["role"] for m in r["messages"]] for r in model.requests] == [
+        ["system", "user"],
+        ["system", "user", "assistant", "user"],
+    ]
+
+
 def signed(tmp_path: Path) -> list[str]:
     """What the writer's tool signed, one line a run."""
     return (tmp_path / "signed.txt").read_text().splitlines()

@@ -91,7 +91,7 @@ async function showPartitions() {
 }
 
 function show(view) {
-  for (const id of ["instances-view", "instance-view", "entities-view", "timers-view", "storage-view"]) $(id).hidden = id !== view;
+  for (const id of ["instances-view", "instance-view", "entities-view", "timers-view", "storage-view", "mcp-view"]) $(id).hidden = id !== view;
 }
 
 async function route() {
@@ -106,6 +106,9 @@ async function route() {
   } else if (hash.startsWith("#/storage")) {
     show("storage-view");
     await listStorage();
+  } else if (hash.startsWith("#/mcp")) {
+    show("mcp-view");
+    await listMcp();
   } else if (hash.startsWith("#/entities")) {
     show("entities-view");
     await listEntities();
@@ -246,6 +249,25 @@ async function listStorage() {
     el("td", { className: "waiting" }, f.waiting === null ? "-" : String(f.waiting)),
     el("td", {}, f.oldestAgeSeconds === null ? "-" : String(f.oldestAgeSeconds)))));
   if (!data.functions.length) body.append(el("tr", {}, el("td", { colSpan: 5 }, "This app has no queue- or blob-triggered functions.")));
+}
+
+async function listMcp() {
+  let data;
+  try { data = await call("GET", `${API}/mcp`); } catch (e) { say(e.message); return; }
+  $("mcp-endpoint").textContent = location.origin + data.endpoint;
+  const none = (table, cols, text) => { if (!$(table).tBodies[0].rows.length) $(table).tBodies[0].append(el("tr", {}, el("td", { colSpan: cols }, text))); };
+  const toolArgs = (t) => Object.keys(t.inputSchema.properties || {}).map((n) => (t.inputSchema.required || []).includes(n) ? `${n}*` : n).join(", ");
+  $("mcp-tools").tBodies[0].replaceChildren(...data.tools.map((t) => el("tr", { "data-tool": t.name },
+    el("td", {}, t.name), el("td", {}, t.function), el("td", {}, t.description || ""), el("td", {}, toolArgs(t)))));
+  $("mcp-resources").tBodies[0].replaceChildren(...data.resources.map((r) => el("tr", { "data-resource": r.uri || r.uriTemplate },
+    el("td", {}, el("code", {}, r.uri || r.uriTemplate)), el("td", {}, r.name), el("td", {}, r.function),
+    el("td", {}, r.mimeType || ""), el("td", {}, r.description || ""))));
+  $("mcp-prompts").tBodies[0].replaceChildren(...data.prompts.map((p) => el("tr", { "data-prompt": p.name },
+    el("td", {}, p.name), el("td", {}, p.function), el("td", {}, p.description || ""),
+    el("td", {}, (p.arguments || []).map((a) => a.required ? `${a.name}*` : a.name).join(", ")))));
+  none("mcp-tools", 4, "This app has no MCP tools.");
+  none("mcp-resources", 5, "This app has no MCP resources.");
+  none("mcp-prompts", 4, "This app has no MCP prompts.");
 }
 
 function detail(e) {
