@@ -109,7 +109,7 @@ def test_the_store_reports_its_round_trips(pg_host):
     [
         ("postgres", {}, "needs the DURABLE_HOST_POSTGRES setting"),
         ("postgres:host=h password='pw-open", {}, "not a valid libpq connection string"),
-        ("postgres:host=127.0.0.1", {"DURABLE_HOST_POSTGRES_POOL": "0"}, "between 1 and 200"),
+        ("postgres:host=127.0.0.1", {"DURABLE_HOST_POSTGRES_POOL": "0"}, "from 1 to 200"),
     ],
 )
 def test_a_missing_or_malformed_setting_is_refused_in_one_line(
