@@ -14,7 +14,7 @@ applies once. What still fails is a ``StoreFailedError`` (a ``StoreError``: the 
 retries the work later and never counts it towards poison). Every message that leaves
 passes through ``settings.redact``: the password is never in it.
 
-``round_trips`` counts the statements and COMMITs sent.
+``round_trips`` counts the round trips: statements, BEGINs and COMMITs sent.
 """
 
 from __future__ import annotations
@@ -143,14 +143,30 @@ class Database:
         ``store.before_commit`` of crash tests fires before its COMMIT."""
         return await self._retrying(operation, body, transaction=True, fence=fence, fault=fault)
 
+    async def call(
+        self,
+        operation: str,
+        body: Callable[[Conn, tuple[int, int] | None], Awaitable[tuple[int | None, T]]],
+        *,
+        fence: str | None = None,
+    ) -> T:
+        """``write`` for a body that is one call of a server-side function (``functions``):
+        the call takes the fence (the partition and epoch, None unfenced) and answers the
+        transaction id with its result (None for the id: the partition is lost), so the
+        transaction is three round trips: BEGIN, the call, COMMIT."""
+        return await self._retrying(
+            operation, body, transaction=True, fence=fence, fault=True, folded=True
+        )
+
     async def _retrying(
         self,
         operation: str,
-        body: Callable[[Conn], Awaitable[T]],
+        body: Callable[..., Awaitable[Any]],
         *,
         transaction: bool,
         fence: str | None = None,
         fault: bool = False,
+        folded: bool = False,
     ) -> T:
         if self.lost is not None:
             raise self.lost
@@ -160,7 +176,7 @@ class Database:
         while True:
             try:
                 if transaction:
-                    return await self._transaction(operation, body, fence, fault)
+                    return await self._transaction(operation, body, fence, fault, folded)
                 async with self.pool.connection() as conn:
                     return await body(conn)
             except _Retry as retry:
@@ -187,7 +203,12 @@ class Database:
             delay = min(delay * 2, BACKOFF_MAX)
 
     async def _transaction(
-        self, operation: str, body: Callable[[Conn], Awaitable[T]], fence: str | None, fault: bool
+        self,
+        operation: str,
+        body: Callable[..., Awaitable[Any]],
+        fence: str | None,
+        fault: bool,
+        folded: bool = False,
     ) -> T:
         assert self.pool is not None
         xid: int | None = None
@@ -199,10 +220,16 @@ class Database:
                 # Not in pipeline mode: under terminated sessions it let a step apply twice
                 # (docs/postgres.md, "Not done yet"); one answer per statement until that is
                 # understood.
+                self.round_trips += 1  # BEGIN: a round trip of its own
                 async with conn.transaction():
-                    first = await self._fence(conn, unit_epoch)
-                    xid = await self._fenced(first, unit_epoch)
-                    result = await body(conn)
+                    if folded:  # the fence and the transaction id come with the body's call
+                        self.round_trips += 1
+                        xid, result = await body(conn, unit_epoch)
+                        xid = self._held(xid, unit_epoch)
+                    else:
+                        first = await self._fence(conn, unit_epoch)
+                        xid = await self._fenced(first, unit_epoch)
+                        result = await body(conn)
                     if fault:
                         faults.hit("store.before_commit")
                     committing = True
@@ -242,14 +269,18 @@ class Database:
     ) -> int:
         """The transaction id, or ``UnitLostError`` when another host took the partition."""
         row = await fence.fetchone()
-        if row is None:
+        return self._held(None if row is None else int(row[0]), unit_epoch)
+
+    def _held(self, xid: int | None, unit_epoch: tuple[int, int] | None) -> int:
+        """``xid``, or ``UnitLostError`` when there is none: another host took the partition."""
+        if xid is None:
             assert unit_epoch is not None
             unit, epoch = unit_epoch
             why = f"another host took it over (this host's epoch was {epoch})"
             if self.fencer is not None:
                 self.fencer.lose(unit, why)
             raise UnitLostError(f"partition {unit}: {why}")
-        return int(row[0])
+        return xid
 
     async def _committed(self, xid: int) -> bool:
         """Did transaction ``xid`` commit? Asked on a new connection, with retries."""

@@ -31,7 +31,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from durable_host import faults
 from durable_host import history as h
 from durable_host.membership import Membership
 from durable_host.ownership import DEFAULT_PARTITIONS, Member
@@ -39,7 +38,6 @@ from durable_host.records import (
     ActivityWork,
     Completion,
     EntityCommit,
-    Episode,
     InstanceRecord,
     Query,
     QueryPage,
@@ -49,9 +47,11 @@ from durable_host.store import codec
 from durable_host.store.azure.lease import process_identity
 from durable_host.store.base import InstanceExistsError, StoreError
 from durable_host.store.codec import COLUMNS, instance_record
+from durable_host.store.postgres import functions as fn
 from durable_host.store.postgres import sql as q
 from durable_host.store.postgres.backlog import hub_backlog
-from durable_host.store.postgres.database import Conn, Database, WorkGone
+from durable_host.store.postgres.database import Conn, Database
+from durable_host.store.postgres.episodes import EpisodeCommits
 from durable_host.store.postgres.listen import Listener
 from durable_host.store.postgres.partitions import HubPartitions
 from durable_host.store.postgres.schema import SchemaTooNewError, migrate
@@ -59,6 +59,7 @@ from durable_host.store.postgres.settings import PostgresSettings
 
 log = logging.getLogger("durable_host.store.postgres")
 MAX_STEP_COMPLETIONS = 1000  # one statement per completion: no limit worth having below this
+MAX_RECORDS = 10_000  # instance rows kept for the next episode (memory bound)
 SWEEP_SECONDS = 5.0
 STALE_SECONDS = 30.0
 # A work item is claimable when nobody claims it or its claimer's heartbeat is gone.
@@ -68,7 +69,7 @@ CLAIMABLE = (
 )
 
 
-class PostgresStore:
+class PostgresStore(EpisodeCommits):
     """Store port on PostgreSQL (module docstring)."""
 
     max_step_completions: int = MAX_STEP_COMPLETIONS
@@ -100,6 +101,7 @@ class PostgresStore:
         self._touched: dict[str, float] = {}  # instance id -> when this process last wrote it
         self._next_sweep = 0.0
         self._unhanded: set[int] = set()  # work ids the last sweep found nobody had
+        super().__init__()
 
     @property
     def round_trips(self) -> int:
@@ -111,6 +113,7 @@ class PostgresStore:
         conn = await self.db.connect()
         try:
             found = await migrate(conn, self.settings.schema)
+            await fn.install(conn, self.settings.schema)
         except SchemaTooNewError as exc:
             raise StoreError(f"{self.settings.describe()}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - as the port's error, without the password
@@ -147,9 +150,7 @@ class PostgresStore:
 
     def _ownership_changed(self) -> None:
         self._taken = True
-
-    def _owns(self, instance_id: str) -> bool:
-        return self.partitions is None or self.partitions.owns(instance_id)
+        self._records.clear()
 
     def _owned(self, instance_ids: list[str]) -> list[str]:
         partitions = self.partitions
@@ -213,7 +214,7 @@ class PostgresStore:
                         f"DELETE FROM {table} WHERE instance_id = %s",
                         (record.instance_id,),
                     )
-            await db.execute(
+            cur = await db.execute(
                 conn,
                 f"INSERT INTO instances ({COLUMNS})"
                 " VALUES (%s, %s, %s, %s, %s, %s, NULL, NULL, %s, %s, %s, NULL, FALSE)"
@@ -223,7 +224,8 @@ class PostgresStore:
                 " custom_status = NULL, created_at = excluded.created_at,"
                 " updated_at = excluded.updated_at,"
                 " parent_instance_id = excluded.parent_instance_id, entity_state = NULL,"
-                " entity_exists = FALSE",
+                " entity_exists = FALSE"
+                f" RETURNING {COLUMNS}",
                 (
                     record.instance_id,
                     record.name,
@@ -236,35 +238,44 @@ class PostgresStore:
                     record.parent_instance_id,
                 ),
             )
+            row = await cur.fetchone()
+            assert row is not None
             inbox_id = await self._message(conn, record.instance_id, start_message, visible_at)
+            kept[0] = instance_record(row)
             if not count_first or not self._owns(record.instance_id):
                 return None  # another host owns the instance: its episode reads and counts
             await q.set_attempts(db, conn, record.instance_id, count_next=True)
             return inbox_id
 
-        created: int | None = await db.write("create_instance", body)
+        kept: list[InstanceRecord | None] = [None]
+        self._records.pop(record.instance_id, None)
+        try:
+            created: int | None = await db.write("create_instance", body)
+        except BaseException:
+            self._records.pop(record.instance_id, None)
+            raise
+        self._keep(record.instance_id, kept[0])
         self._touch(record.instance_id)
         return created
 
     async def _message(
         self, conn: Conn, instance_id: str, message: dict[str, Any], visible_at: str | None
     ) -> int:
-        """Append one message and NOTIFY the hub's listeners (delivered at COMMIT), in one
-        statement; the message's inbox id."""
+        """Append one message and, when another host owns its instance (or this store holds
+        no partition), NOTIFY the hub's listeners (delivered at COMMIT), in one statement;
+        the message's inbox id. This host's own engine is told by the caller, and a
+        notifying transaction's commit is serialized with every other's."""
+        elsewhere = self.partitions is None or not self.partitions.owns(instance_id)
         cur = await self.db.execute(
             conn,
             "INSERT INTO inbox (instance_id, message, visible_at) VALUES (%s, %s, %s)"
-            " RETURNING id, pg_notify(%s, %s)",
-            (
-                instance_id,
-                codec.encode(message),
-                visible_at,
-                self.settings.channel,
-                self.listener.payload(instance_id),
-            ),
+            + (" RETURNING id, pg_notify(%s, %s)" if elsewhere else " RETURNING id"),
+            (instance_id, codec.encode(message), visible_at)
+            + ((self.settings.channel, self.listener.payload(instance_id)) if elsewhere else ()),
         )
         row = await cur.fetchone()
         assert row is not None
+        self._records.pop(instance_id, None)
         return int(row[0])
 
     async def send(
@@ -292,13 +303,6 @@ class PostgresStore:
             return instance_record(row) if row else None
 
         return await self.db.read(read)
-
-    async def episode_record(self, instance_id: str) -> InstanceRecord | None:
-        # An episode of an instance another host owns would fail at its commit: not begun.
-        if self.partitions is not None and not self.partitions.owns(instance_id):
-            self.partitions.check(instance_id)  # raises UnitLostError
-        # Other processes may write the hub's rows (the API of a tool, a later owner): read.
-        return await self.get_instance(instance_id)
 
     async def get_history(self, instance_id: str) -> list[dict[str, Any]]:
         async def read(conn: Conn) -> list[tuple[int, str]]:
@@ -329,54 +333,6 @@ class PostgresStore:
 
     # --- commits ------------------------------------------------------------------------
 
-    async def _apply_episode(
-        self, conn: Conn, instance_id: str, episode: Episode, now: str, count_next: bool
-    ) -> list[ActivityWork]:
-        db = self.db
-        await q.delete_inbox(db, conn, episode.consumed)
-        await q.set_attempts(db, conn, instance_id, count_next)
-        await q.append_history(db, conn, instance_id, episode)
-        await q.update_instance(db, conn, instance_id, episode, now)
-        return await q.write_outbox(db, conn, episode)
-
-    def _created(self, instance_id: str, works: list[ActivityWork]) -> list[ActivityWork]:
-        self._touch(instance_id)
-        self._handed.update(w.work_id for w in works)
-        return works
-
-    async def commit_episode(
-        self, instance_id: str, episode: Episode, now: str, *, count_next: bool = False
-    ) -> list[ActivityWork]:
-        async def body(conn: Conn) -> list[ActivityWork]:
-            return await self._apply_episode(conn, instance_id, episode, now, count_next)
-
-        works = await self.db.write("commit_episode", body, fence=instance_id)
-        return self._created(instance_id, works)
-
-    async def commit_step(
-        self,
-        instance_id: str,
-        completions: list[Completion],
-        episode: Episode,
-        now: str,
-        *,
-        count_next: bool = False,
-    ) -> list[ActivityWork] | None:
-        async def body(conn: Conn) -> list[ActivityWork]:
-            for completion in completions:
-                if not await q.complete_work(self.db, conn, instance_id, completion):
-                    raise WorkGone  # another run reported it: roll everything back
-            created = await self._apply_episode(conn, instance_id, episode, now, count_next)
-            faults.hit("store.before_step_commit")  # the step's commit point is next
-            return created
-
-        try:
-            works = await self.db.write("commit_step", body, fence=instance_id)
-        except WorkGone:
-            return None
-        self._handed.difference_update(c.work_id for c in completions)
-        return self._created(instance_id, works)
-
     async def commit_entity(self, commit: EntityCommit) -> None:
         db = self.db
 
@@ -404,6 +360,7 @@ class PostgresStore:
                 db, conn, [(t, codec.encode(m), None) for t, m in commit.responses]
             )
 
+        self._records.pop(commit.instance_id, None)
         await db.write("commit_entity", body, fence=commit.instance_id)
         self._touch(commit.instance_id)
 
@@ -530,7 +487,10 @@ class PostgresStore:
             # At most a second at a time: a partition taken meanwhile (``_taken``) is swept
             # within a second, not at the next sweep.
             wait = 0.0 if self._taken else min(1.0, max(0.0, self._next_sweep - time.monotonic()))
-            woken = self._owned(await self.listener.wait(wait))
+            heard = await self.listener.wait(wait)
+            for instance_id in heard:  # another process wrote it: its kept row may be old
+                self._records.pop(instance_id, None)
+            woken = self._owned(heard)
             if time.monotonic() < self._next_sweep and not self._taken:
                 return woken, []
             self._next_sweep = time.monotonic() + SWEEP_SECONDS
@@ -596,6 +556,8 @@ class PostgresStore:
         return await self.db.read(read)
 
     async def purge(self, instance_id: str) -> int:
+        self._records.pop(instance_id, None)
+
         async def body(conn: Conn) -> int:
             return await q.purge_ids(self.db, conn, [instance_id])
 
@@ -607,6 +569,7 @@ class PostgresStore:
         if terminal is None:
             return 0
         where, args = q.filters(terminal)
+        self._records.clear()
 
         async def body(conn: Conn) -> int:
             cur = await self.db.execute(
