@@ -9,13 +9,22 @@ from typing import Any
 
 import pytest
 
+from durable_host.config import NON_RUNNING
 from durable_host.records import Completion, EntityCommit, Episode
 from durable_host.store.base import StoreError, UnitLostError
 from durable_host.store.postgres import PostgresStore, from_spec
 from durable_host.store.postgres.episodes import StaleRecordError
 from durable_host.store.postgres.partitions import PartitionCountError
 from durable_host.store.postgres.settings import PostgresSettingsError, describe, redact
-from tests.store.contract_support import T0, activity, at, event, started
+from tests.store.contract_support import (
+    T0,
+    activity,
+    at,
+    event,
+    record,
+    start_message,
+    started,
+)
 
 
 def test_settings_come_from_the_spec_or_the_setting_and_name_no_password() -> None:
@@ -196,7 +205,7 @@ def test_a_notify_from_another_writer_wakes_the_poll_at_once(postgres_url: str) 
 
 def test_a_step_is_three_round_trips_and_its_next_record_is_kept(postgres_url: str) -> None:
     """BEGIN, one call of the episode function, COMMIT; the next episode's record is the row
-    the commit left (no read) while the listener listens."""
+    the commit left (no read) while the listener listens. A start is three too."""
     hub = "R" + uuid.uuid4().hex[:10]
 
     async def main() -> None:
@@ -205,12 +214,19 @@ def test_a_step_is_three_round_trips_and_its_next_record_is_kept(postgres_url: s
         try:
             await store.poll()  # the first poll starts listening
             quiet(store)
+            before = store.round_trips
+            first = await store.create_instance(
+                record("s"), start_message(), NON_RUNNING, count_first=True
+            )
+            assert first is not None and store.round_trips - before == 3  # a start, too
+            assert (await store.episode_record("s")).status == "Pending"  # type: ignore[union-attr]
+            assert store.round_trips - before == 3
             await started(store, "a")
             [work] = await store.commit_episode("a", Episode(outbox=[activity("a", 0)]), T0)
             for step in range(1, 4):
                 before = store.round_trips
-                record = await store.episode_record("a")
-                assert record is not None and record.status == "Running"
+                kept = await store.episode_record("a")
+                assert kept is not None and kept.status == "Running"
                 completion = Completion(work.work_id, {"kind": "event"}, consumed=True)
                 episode = Episode(events=[event(step)], outbox=[activity("a", step)])
                 now = at(step)

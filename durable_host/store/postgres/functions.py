@@ -135,7 +135,52 @@ BEGIN
 END
 $fn$"""
 
+_START_BODY = f"""(
+    p_id text, p_name text, p_status text, p_execution_id text, p_version text,
+    p_input text, p_created text, p_updated text, p_parent text, p_overridable text[],
+    p_message text, p_visible text, p_count_first boolean, p_channel text, p_payload text,
+    OUT xid bigint, OUT outcome text, OUT found_status text, OUT inbox_id bigint,
+    {_RECORD_OUT}
+) LANGUAGE plpgsql AS $fn$
+BEGIN
+    xid := pg_current_xact_id()::text::bigint;
+    SELECT status INTO found_status FROM instances WHERE instance_id = p_id FOR UPDATE;
+    IF FOUND THEN
+        IF NOT (found_status = ANY(p_overridable)) THEN outcome := 'exists'; RETURN; END IF;
+        -- A restarted id starts clean: old history and undelivered messages go.
+        DELETE FROM history WHERE instance_id = p_id;
+        DELETE FROM inbox WHERE instance_id = p_id;
+    END IF;
+    INSERT INTO instances ({COLUMNS})
+        VALUES (p_id, p_name, p_status, p_execution_id, p_version, p_input, NULL, NULL,
+                p_created, p_updated, p_parent, NULL, FALSE)
+        ON CONFLICT (instance_id) DO UPDATE SET name = excluded.name,
+            status = excluded.status, execution_id = excluded.execution_id,
+            version = excluded.version, input = excluded.input, output = NULL,
+            custom_status = NULL, created_at = excluded.created_at,
+            updated_at = excluded.updated_at,
+            parent_instance_id = excluded.parent_instance_id, entity_state = NULL,
+            entity_exists = FALSE
+        RETURNING {COLUMNS} INTO {_RECORD_INTO};
+    INSERT INTO inbox (instance_id, message, visible_at) VALUES (p_id, p_message, p_visible)
+        RETURNING id INTO inbox_id;
+    IF p_payload IS NOT NULL THEN
+        PERFORM pg_notify(p_channel, p_payload);
+    END IF;
+    IF p_count_first THEN
+        INSERT INTO attempts (instance_id, count) VALUES (p_id, 1)
+            ON CONFLICT (instance_id) DO UPDATE SET count = 1;
+    END IF;
+    outcome := 'ok';
+END
+$fn$"""
+
 EPISODE_FUNCTION = "step_" + hashlib.sha256(_EPISODE_BODY.encode()).hexdigest()[:12]
+START_FUNCTION = "start_" + hashlib.sha256(_START_BODY.encode()).hexdigest()[:12]
+_START_CALL = (
+    f"SELECT * FROM {START_FUNCTION}(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s::text[], %s, %s,"
+    " %s, %s, %s)"
+)
 _EPISODE_CALL = (
     f"SELECT * FROM {EPISODE_FUNCTION}(%s, %s, %s, %s, %s::bigint[], %s::text[],"
     " %s::bigint[], %s, %s, %s::text[], %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
@@ -146,16 +191,15 @@ _EPISODE_CALL = (
 
 async def install(conn: AsyncConnection[tuple[Any, ...]], schema: str) -> None:
     """Create this host's functions in the hub's schema unless they exist (module doc)."""
-    async with conn.transaction():
-        cur = await conn.execute(
-            "SELECT to_regproc(%s) IS NOT NULL", (f"{schema}.{EPISODE_FUNCTION}",)
-        )
-        row = await cur.fetchone()
-        if row and row[0]:
-            return
-        # The migration's lock: two hosts starting together do not race.
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (schema,))
-        await conn.execute(f"CREATE OR REPLACE FUNCTION {EPISODE_FUNCTION}{_EPISODE_BODY}".encode())
+    for name, body in ((EPISODE_FUNCTION, _EPISODE_BODY), (START_FUNCTION, _START_BODY)):
+        async with conn.transaction():
+            cur = await conn.execute("SELECT to_regproc(%s) IS NOT NULL", (f"{schema}.{name}",))
+            row = await cur.fetchone()
+            if row and row[0]:
+                continue
+            # The migration's lock: two hosts starting together do not race.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (schema,))
+            await conn.execute(f"CREATE OR REPLACE FUNCTION {name}{body}".encode())
 
 
 class EpisodeOutcome:
@@ -228,3 +272,24 @@ def episode_args(
 
 def episode_call() -> str:
     return _EPISODE_CALL
+
+
+def start_call() -> str:
+    return _START_CALL
+
+
+class StartOutcome:
+    """What the start function answered: the transaction id and outcome, the status found
+    (``exists``: the id is taken by an instance in a state that may not be overridden),
+    the start message's inbox id and the row."""
+
+    __slots__ = ("found_status", "inbox_id", "outcome", "record", "xid")
+
+    def __init__(self, row: tuple[Any, ...]) -> None:
+        self.xid: int = int(row[0])
+        self.outcome: str = row[1]
+        self.found_status: str | None = row[2]
+        self.inbox_id: int | None = None if row[3] is None else int(row[3])
+        self.record: InstanceRecord | None = (
+            instance_record(row[4:]) if self.outcome == "ok" else None
+        )

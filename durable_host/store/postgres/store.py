@@ -195,39 +195,18 @@ class PostgresStore(EpisodeCommits):
         *,
         count_first: bool = False,
     ) -> int | None:
-        db = self.db
+        """One call of the start function (``functions``): the status check, the row, the
+        start message (and its NOTIFY when another host owns the instance) and, with
+        ``count_first`` on an instance this host owns, the first attempt's count."""
+        instance_id = record.instance_id
+        owned = self.partitions is not None and self.partitions.owns(instance_id)
+        counted = count_first and self._owns(instance_id)
 
-        async def body(conn: Conn) -> int | None:
-            cur = await db.execute(
-                conn,
-                "SELECT status FROM instances WHERE instance_id = %s FOR UPDATE",
-                (record.instance_id,),
-            )
-            row = await cur.fetchone()
-            if row is not None and row[0] not in overridable:
-                raise InstanceExistsError(record.instance_id, row[0])
-            if row is not None:
-                # A restarted id starts clean: old history and undelivered messages go.
-                for table in ("history", "inbox"):
-                    await db.execute(
-                        conn,
-                        f"DELETE FROM {table} WHERE instance_id = %s",
-                        (record.instance_id,),
-                    )
-            cur = await db.execute(
-                conn,
-                f"INSERT INTO instances ({COLUMNS})"
-                " VALUES (%s, %s, %s, %s, %s, %s, NULL, NULL, %s, %s, %s, NULL, FALSE)"
-                " ON CONFLICT (instance_id) DO UPDATE SET name = excluded.name,"
-                " status = excluded.status, execution_id = excluded.execution_id,"
-                " version = excluded.version, input = excluded.input, output = NULL,"
-                " custom_status = NULL, created_at = excluded.created_at,"
-                " updated_at = excluded.updated_at,"
-                " parent_instance_id = excluded.parent_instance_id, entity_state = NULL,"
-                " entity_exists = FALSE"
-                f" RETURNING {COLUMNS}",
+        async def body(conn: Conn, fence: tuple[int, int] | None) -> tuple[int, fn.StartOutcome]:
+            cur = await conn.execute(
+                fn.start_call(),
                 (
-                    record.instance_id,
+                    instance_id,
                     record.name,
                     record.status,
                     record.execution_id,
@@ -236,27 +215,27 @@ class PostgresStore(EpisodeCommits):
                     record.created_at,
                     record.updated_at,
                     record.parent_instance_id,
+                    list(overridable),
+                    codec.encode(start_message),
+                    visible_at,
+                    counted,
+                    self.settings.channel,
+                    None if owned else self.listener.payload(instance_id),
                 ),
             )
             row = await cur.fetchone()
             assert row is not None
-            inbox_id = await self._message(conn, record.instance_id, start_message, visible_at)
-            kept[0] = instance_record(row)
-            if not count_first or not self._owns(record.instance_id):
-                return None  # another host owns the instance: its episode reads and counts
-            await q.set_attempts(db, conn, record.instance_id, count_next=True)
-            return inbox_id
+            answer = fn.StartOutcome(row)
+            if answer.outcome == "exists":
+                raise InstanceExistsError(instance_id, answer.found_status or "")
+            return answer.xid, answer
 
-        kept: list[InstanceRecord | None] = [None]
-        self._records.pop(record.instance_id, None)
-        try:
-            created: int | None = await db.write("create_instance", body)
-        except BaseException:
-            self._records.pop(record.instance_id, None)
-            raise
-        self._keep(record.instance_id, kept[0])
-        self._touch(record.instance_id)
-        return created
+        self._records.pop(instance_id, None)
+        answer = await self.db.call("create_instance", body)
+        self._keep(instance_id, answer.record)
+        self._touch(instance_id)
+        # Another host owns the instance: its episode reads and counts.
+        return answer.inbox_id if counted else None
 
     async def _message(
         self, conn: Conn, instance_id: str, message: dict[str, Any], visible_at: str | None
