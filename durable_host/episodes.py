@@ -94,6 +94,7 @@ class Episodes(Attempts):
         super().__init__()
         # Activity results handed over by the runner, for the instance's next episode.
         self._results: dict[str, list[Result]] = {}
+        self._delivered: dict[str, float] = {}  # when an instance's first result came
         # Orchestrator functions an episode of which failed on the loop and not in a thread.
         self._needs_thread: set[Callable[..., Any]] = set()
 
@@ -108,7 +109,10 @@ class Episodes(Attempts):
         """
         if self._stopping or not self.step_commits:
             return False
-        self._results.setdefault(work.instance_id, []).append((work, message))
+        pending = self._results.setdefault(work.instance_id, [])
+        if not pending:
+            self._delivered[work.instance_id] = time.perf_counter()
+        pending.append((work, message))
         self._ready_up(work.instance_id)
         return True
 
@@ -125,6 +129,9 @@ class Episodes(Attempts):
 
     def _take_results(self, instance_id: str) -> list[Result]:
         pending = self._results.pop(instance_id, None)
+        delivered = self._delivered.pop(instance_id, None)
+        if delivered is not None:  # from the first result's hand-over to its episode
+            self.timings["wake"].append(time.perf_counter() - delivered)
         if not pending:
             return []
         limit = max(1, self.store.max_step_completions)
