@@ -205,19 +205,29 @@ class Episodes(Attempts):
         self,
         decide: Callable[[], orchestration.Episode],
         handle: Any,
-        history_length: int,
+        view: orchestration.InstanceView,
         session: Session | None,
     ) -> orchestration.Episode:
-        """Run ``decide`` on the event loop when the history is short and the orchestrator a
-        generator function, else in a worker thread (docs/architecture.md, "Short episodes
-        on the loop"). An episode that fails on the loop is decided again in a thread:
+        """Run ``decide`` on the event loop when the orchestrator is a generator function and
+        the history is short or its live session continues (the episode's work is then
+        that of its new events), else in a worker thread (docs/architecture.md, "Short
+        episodes on the loop"). An episode that fails on the loop is decided again in a thread:
         code that needs a thread's view of asyncio (a loop of its own, ``run_until_complete``)
         fails on the loop, and must get the answer the Python worker's thread gives; when
         the thread's answer is not a failure, that function's later episodes go to a thread
         straight away (``_needs_thread``: a set of the app's functions, bounded by it)."""
         fn = getattr(handle, "orchestrator_function", None)
+        history = view.history
         if (
-            history_length >= self.inline_events
+            (
+                len(history) >= self.inline_events
+                # A session that continues does the new events' work, not the history's.
+                and not (
+                    self.inline_events > 0
+                    and session is not None
+                    and session.continues(handle, view.execution_id or "", history)
+                )
+            )
             or not inspect.isgeneratorfunction(fn)
             or fn in self._needs_thread
         ):
@@ -284,7 +294,7 @@ class Episodes(Attempts):
             history_text=text,
             default_version=self.config.versioning.default_version,
         )
-        episode = await self._decide(decide, handle, len(history), session)
+        episode = await self._decide(decide, handle, view, session)
         replayed = time.perf_counter()
         if not episode.consumed:
             return False  # everything is held (suspended): nothing to commit
