@@ -3,7 +3,7 @@
 Called by ``tool_task`` when it starts waiting for an approval, with ``{session_id,
 tool_task_id, tool, until}``. It makes one token per decision (``secrets``: activities may use
 randomness, orchestrators may not), mails the approver one link per decision and returns only
-``{"ok", "hashes": {decision: sha256}, "notified", "message"}`` (``kernel.approval_tokens``):
+``{"ok", "hashes": {decision: sha256}, "notified", "message"}`` (``kernel.turn.approval_tokens``):
 the tokens themselves never reach a history, a custom status, the session or a log.
 
 Settings:
@@ -29,7 +29,7 @@ from typing import Any
 import azure.durable_functions as df
 
 from activities import mail
-from kernel.approval_tokens import DECISIONS, token_hash
+from kernel.turn.approval_tokens import DECISIONS, token_hash
 
 bp = df.Blueprint()
 

@@ -1,4 +1,4 @@
-"""The environment of this host, for a turn to record and to check (``kernel.environment``).
+"""The environment of this host, for a turn to record and to check (``kernel.workspace.environment``).
 
 * ``current()``: ``{"app", "schema", "dependencies", "model", "tools"}`` of this process:
   ``app`` is ``AGENT_APP_VERSION`` or host.json's ``defaultVersion``; ``schema`` the session
@@ -24,8 +24,9 @@ from typing import Any
 import azure.durable_functions as df
 
 from adapters.model_provider import ProviderConfig
-from kernel import environment, tools
-from kernel.state import SCHEMA_VERSION
+from kernel.session.state import SCHEMA_VERSION
+from kernel.turn import tools
+from kernel.workspace import environment
 
 bp = df.Blueprint()
 HOST_JSON = Path(__file__).resolve().parents[1] / "host.json"

@@ -17,10 +17,10 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from kernel import ids
-from kernel.state import decode_entity_state
-from kernel.statuses import ENDED_RUNTIME_STATUSES
-from kernel.text import scrub
+from kernel.common import ids
+from kernel.common.statuses import ENDED_RUNTIME_STATUSES
+from kernel.common.text import scrub
+from kernel.session.state import decode_entity_state
 
 bp = df.Blueprint()
 OUTPUT_CHARS = 300

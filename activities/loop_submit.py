@@ -1,12 +1,12 @@
 """``loop_submit``: submit one occurrence of an agent loop as an ordinary submission.
 
-The request id is ``loop:{loop}:{occurrence}`` (decided by the loop, ``kernel/loops.py``), and
+The request id is ``loop:{loop}:{occurrence}`` (decided by the loop, ``kernel/loops/loop.py``), and
 a submission is idempotent by its request id (``api/sessions.start_once``), so a retried
 activity or an occurrence submitted twice finds the first submission and starts nothing.
 A refused submission (the session's queue is full) is answered, not raised: the loop records
 it and goes on to the next occurrence. Anything else that goes wrong raises, and the loop's
 failure policy tries again (``orchestrators/agent_loop.SUBMIT``). The loop's declared
-``tools`` and ``policy`` travel with the submission (``kernel.loops.run_options``), so its
+``tools`` and ``policy`` travel with the submission (``kernel.loops.loop.run_options``), so its
 run calls only those tools under that policy.
 """
 
@@ -19,7 +19,7 @@ import azure.durable_functions as df
 from activities.tools import raise_point
 from api import inputs
 from api.sessions import start_once
-from kernel.errors import KernelError
+from kernel.common.errors import KernelError
 
 bp = df.Blueprint()
 

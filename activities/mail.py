@@ -59,8 +59,8 @@ import azure.durable_functions as df
 
 from adapters.content_store import ContentNotFound, default_store
 from entities import session_pages
-from kernel.content import is_content_ref
-from kernel.state import decode_entity_state
+from kernel.common.content import is_content_ref
+from kernel.session.state import decode_entity_state
 
 bp = df.Blueprint()
 DEFAULT_TIMEOUT_S = 10.0

@@ -44,11 +44,13 @@ from adapters import previews as preview_store
 from adapters.attempt_ledger import default_ledger
 from adapters.content_store import default_store
 from entities import session_pages
-from kernel import content, pages, planner, tools
-from kernel import previews as preview_rules
-from kernel import session as session_core
-from kernel.model_io import ModelFailure, ModelIOError, ModelRequest, ModelResult, ModelSuccess
-from kernel.turn_policy import TurnLimits, TurnSettingsError
+from kernel.common import content
+from kernel.session import pages
+from kernel.session import previews as preview_rules
+from kernel.session import reducer as session_core
+from kernel.turn import planner, tools
+from kernel.turn.model_io import ModelFailure, ModelIOError, ModelRequest, ModelResult, ModelSuccess
+from kernel.turn.policy import TurnLimits, TurnSettingsError
 
 bp = df.Blueprint()
 TRANSCRIPT_KIND = "message"

@@ -38,10 +38,11 @@ from adapters.attempt_ledger import default_ledger
 from adapters.content_store import default_store
 from adapters.model_provider import ProviderConfig
 from entities import session_pages
-from kernel import content, planner, tools
-from kernel import session as session_core
-from kernel.model_io import ModelFailure, ModelIOError, ModelRequest
-from kernel.statuses import FINAL_SUBMISSION_STATUSES
+from kernel.common import content
+from kernel.common.statuses import FINAL_SUBMISSION_STATUSES
+from kernel.session import reducer as session_core
+from kernel.turn import planner, tools
+from kernel.turn.model_io import ModelFailure, ModelIOError, ModelRequest
 
 bp = df.Blueprint()
 DEFAULT_TIMEOUT_S = 120.0

@@ -23,7 +23,7 @@ import azure.durable_functions as df
 
 from activities.mail import MailConfig, load_body, read_session
 from entities import session_pages
-from kernel.task_types import NoticeSettings
+from kernel.session.task_types import NoticeSettings
 
 bp = df.Blueprint()
 SETTING_PREFIX = "AGENT_NOTICE_"

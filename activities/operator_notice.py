@@ -1,6 +1,6 @@
 """``operator_notice``: mail the operator that a task kind failed for good (``docs/loops.md``).
 
-Input: a failure handler's input (``kernel.failures.handler_input``): ``{"kind", "task_id",
+Input: a failure handler's input (``kernel.turn.failures.handler_input``): ``{"kind", "task_id",
 "input", "failure", "attempts"}``. Mails ``AGENT_OPERATOR_EMAIL`` through the mail service
 (``activities/mail.py`` settings) and returns ``{"notified": true, "to", "message_id"?}``.
 
@@ -20,7 +20,7 @@ from typing import Any
 import azure.durable_functions as df
 
 from activities import mail
-from kernel import ids
+from kernel.common import ids
 
 bp = df.Blueprint()
 

@@ -1,7 +1,7 @@
 """``purge_settled``: purge the orchestration histories of a session's settled submissions. IO.
 
 Input ``{"session_id", "turn_instance_id"}`` (the caller's own turn, never purged). Reads the
-retention from the app setting ``AGENT_HISTORY_RETENTION`` (``kernel.retention``; the setting
+retention from the app setting ``AGENT_HISTORY_RETENTION`` (``kernel.session.retention``; the setting
 stays out of histories), then:
 
 1. lists the session's turns created at or before ``now - retention`` (one instance-id-prefix
@@ -36,8 +36,9 @@ import azure.durable_functions as df
 from activities.tools import crash_point
 from adapters import workspace_store
 from entities import session_pages
-from kernel import retention, workspace
-from kernel.state import decode_entity_state
+from kernel.session import retention
+from kernel.session.state import decode_entity_state
+from kernel.workspace import files as workspace
 
 bp = df.Blueprint()
 log = logging.getLogger(__name__)

@@ -29,8 +29,9 @@ import azure.durable_functions as df
 from adapters import model_provider
 from adapters.attempt_ledger import default_ledger
 from adapters.skill_store import default_skill_store, register
-from kernel import planner, skills
-from kernel.model_io import ModelRequest, ModelSuccess
+from kernel.skills import skill as skills
+from kernel.turn import planner
+from kernel.turn.model_io import ModelRequest, ModelSuccess
 
 bp = df.Blueprint()
 

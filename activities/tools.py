@@ -6,7 +6,7 @@ orchestrator decides the attempt number), ``arguments`` the validated final argu
 ``policy`` the replay policy saved with the intent. The tool name is data: an unknown tool is a
 tool error the model sees, never a crash.
 
-What happens, by the state of the attempt record (``kernel.turn_policy.replay_decision``):
+What happens, by the state of the attempt record (``kernel.turn.policy.replay_decision``):
 
 * ``run``: create the record (create-if-absent; only its creator runs the tool), run the tool
   while a heartbeat renews the lease, write the result into the record, return it;
@@ -26,7 +26,7 @@ once. A result above ``INLINE_RESULT_BYTES`` is stored in the content store and 
 "timeout"}``; its record keeps its lease until the tool really ends.
 
 Built-in tools: ``calculator``; ``read_document`` / ``write_document`` / ``delete_document`` (the
-session's ``note`` documents, one per title, ``kernel.tools.note_document_id``; a delete writes
+session's ``note`` documents, one per title, ``kernel.turn.tools.note_document_id``; a delete writes
 the document's tombstone version); ``append_ledger`` appends one
 line to the file ``AGENT_TOOL_LEDGER_FILE`` (default ``.durable/tool-ledger.txt``) - unsafe,
 every run adds a line. The workspace tools (``list_files`` ... ``run_python``) are
@@ -67,9 +67,9 @@ from adapters import telemetry
 from adapters.attempt_ledger import AttemptLedger, LeaseLost, attempt_state, default_ledger
 from adapters.content_store import default_store
 from entities import session_pages
-from kernel import calculator, tools
-from kernel import previews as preview_rules
-from kernel.turn_policy import replay_decision
+from kernel.session import previews as preview_rules
+from kernel.turn import calculator, tools
+from kernel.turn.policy import replay_decision
 
 bp = df.Blueprint()
 INLINE_RESULT_BYTES = 12 * 1024

@@ -2,7 +2,7 @@
 ``edit_file``, ``delete_file`` and ``run_python`` (docs/workspace.md).
 
 Contract, for every tool: ``(arguments, env) -> Outcome``; the arguments are the catalogue's
-validated final ones (paths already normalised, ``kernel.tools``).
+validated final ones (paths already normalised, ``kernel.turn.tools``).
 
 * The reading tools answer from the session's **committed** snapshot (the ``workspace``
   session document), read from the workspace store: what a crashed attempt left on some disk
@@ -35,7 +35,7 @@ from adapters import sandbox
 from adapters.workspace_local import local_dir, rehydrate, scan, store_files
 from adapters.workspace_store import WorkspaceStore, default_store
 from entities import session_pages
-from kernel import workspace
+from kernel.workspace import files as workspace
 
 MAX_READ_CHARS = 64 * 1024
 MAX_LISTED = 200

@@ -14,7 +14,7 @@ leased      no result, lease not yet expired     another execution is running it
 expired     no result, lease expired             it started and died: the outcome is unknown
 ==========  ===================================  ==============================================
 
-(``kernel.turn_policy.replay_decision`` turns the state and the tool's policy into a decision.)
+(``kernel.turn.policy.replay_decision`` turns the state and the tool's policy into a decision.)
 
 The port (``AttemptLedger``) is five calls; every implementation makes ``create`` a
 create-if-absent write and ``take_over`` / ``complete`` conditional, so two executions of one
@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from adapters import app_state
-from kernel.turn_policy import AttemptState
+from kernel.turn.policy import AttemptState
 
 Clock = Callable[[], float]
 

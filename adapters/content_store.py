@@ -1,4 +1,4 @@
-"""Content store: large texts stored once, addressed by ``kernel.content.content_ref``.
+"""Content store: large texts stored once, addressed by ``kernel.common.content.content_ref``.
 
 Entries and submissions longer than the inline limit carry a ``sha256:<hex>`` reference
 instead of the text, so the session entity and orchestration histories stay small.
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from adapters import app_state
-from kernel.content import content_ref, is_content_ref
+from kernel.common.content import content_ref, is_content_ref
 
 
 class ContentNotFound(KeyError):

@@ -44,8 +44,8 @@ import openai
 from adapters import model_provider
 from adapters.content_store import ContentNotFound, ContentStore
 from adapters.model_provider import ProviderConfig, failure_from_status, tool_arguments
-from kernel import planner
-from kernel.model_io import (
+from kernel.turn import planner
+from kernel.turn.model_io import (
     FailureKind,
     JsonObject,
     ModelFailure,

@@ -27,7 +27,7 @@ token that cannot be had is a ``transient`` failure (retried by the orchestrator
 an unreachable model); a token the endpoint refuses (401) is ``fatal``, never retried. The
 choice of an explicit setting over "no key with an Azure endpoint": see docs/architecture.md.
 
-``complete(config, request, timeout_s, on_text=None)`` returns a ``kernel.model_io`` envelope
+``complete(config, request, timeout_s, on_text=None)`` returns a ``kernel.turn.model_io`` envelope
 and never raises for provider trouble: 429 becomes ``rate_limited`` with the provider's ``Retry-After``
 (seconds or an HTTP date, or ``retry-after-ms``); 408, 409, 5xx and connection errors become
 ``transient``; a call that outlives ``timeout_s`` becomes ``timeout``; any other 4xx and an
@@ -55,7 +55,7 @@ from typing import Any, Literal
 
 import openai
 
-from kernel.model_io import (
+from kernel.turn.model_io import (
     JsonObject,
     ModelFailure,
     ModelRequest,

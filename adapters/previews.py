@@ -1,6 +1,6 @@
 """The preview store and its coalescing writer: live, lossy progress kept beside the durable state.
 
-Previews (``kernel.previews``) never enter an orchestration history or the session entity. They
+Previews (``kernel.session.previews``) never enter an orchestration history or the session entity. They
 are kept here, one record per ``(session, task)``, overwritten in place:
 
 * ``PreviewStore`` (the port): ``put(record)`` overwrites the record of its session and task;
@@ -20,7 +20,7 @@ are kept here, one record per ``(session, task)``, overwritten in place:
 
 ``PreviewWriter`` is the writing shell of one key: ``update(text)`` from the event loop that
 produces the text (a model stream, a tool), ``aclose()`` when the work ends. It asks
-``kernel.previews.Coalescer`` when to write and writes in a background task, so the producer
+``kernel.session.previews.Coalescer`` when to write and writes in a background task, so the producer
 never waits for the store; at most one write is in flight, a failed write is logged and
 dropped, and ``aclose`` waits for a write in flight, so a cleared preview is not rewritten.
 """
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from adapters import app_state
-from kernel import previews as rules
+from kernel.session import previews as rules
 
 PREVIEW_CONTAINER_DEFAULT = "agent-previews"
 log = logging.getLogger(__name__)

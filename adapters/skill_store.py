@@ -3,7 +3,7 @@
 A version is one JSON record ``{"name", "version", "digest", "definition", "registered_at",
 "registered_by"}`` written with a create-if-absent write, so two registrations racing for the
 same version number cannot both win: the loser reads again and takes the next number (or finds
-its own definition already stored). The versioning rules are ``kernel.skills`` (pure); this
+its own definition already stored). The versioning rules are ``kernel.skills.skill`` (pure); this
 module only stores and reads.
 
 The port (``SkillStore``), kept by both implementations:
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from adapters import app_state
-from kernel import skills
+from kernel.skills import skill as skills
 
 SKILLS_CONTAINER_DEFAULT = "agent-skills"
 MAX_RACES = 20

@@ -85,7 +85,7 @@ class ModelCall:
     began: float
 
     def record(self, result: dict[str, Any]) -> None:
-        """Record a ``kernel.model_io`` envelope: usage and model, or the failure's kind."""
+        """Record a ``kernel.turn.model_io`` envelope: usage and model, or the failure's kind."""
         labels = {"gen_ai.operation.name": "chat", "gen_ai.request.model": self.model}
         if result.get("ok"):
             response = result.get("response") or {}

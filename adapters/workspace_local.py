@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.workspace_store import WorkspaceStore
-from kernel import workspace
+from kernel.workspace import files as workspace
 
 
 def local_dir(session_id: str) -> Path:

@@ -8,7 +8,7 @@ The port (``WorkspaceStore``), kept by both implementations:
 * ``get_file(hash) -> bytes``: verified against the hash; ``WorkspaceMissing`` when absent or
   damaged (a damaged copy is never returned).
 * ``put_snapshot(snapshot) -> id`` / ``get_snapshot(id)``: the snapshot JSON
-  (``kernel.workspace``) under its id, the same way.
+  (``kernel.workspace.files``) under its id, the same way.
 * ``chain(id, limit)``: the snapshot and its ancestors, newest first, at most ``limit``.
 * ``prune(head, keep)``: deletes a session's snapshots older than its newest ``keep``.
 * ``collect(live, keep, grace_s)``: deletes what no live snapshot chain (``keep`` deep) names
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from adapters import app_state
-from kernel import workspace
+from kernel.workspace import files as workspace
 
 WORKSPACE_CONTAINER_DEFAULT = "agent-workspace"
 

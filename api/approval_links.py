@@ -8,7 +8,7 @@ is durable.
 
 The route is anonymous for the host: the token is the credential. It is good only when
 * it hashes to the hash the waiting tool task published for that decision
-  (``kernel.approval_tokens``): bound to this task and this decision (while the task says its
+  (``kernel.turn.approval_tokens``): bound to this task and this decision (while the task says its
   links are still ``pending``, the route waits up to ``ISSUING_POLLS`` short polls for them);
 * the task is still waiting and its deadline (``until``) has not passed;
 * no decision was taken for the task yet: the first decision claims the task's marker in the
@@ -38,9 +38,9 @@ import azure.functions as func
 from adapters.attempt_ledger import default_ledger
 from api import inputs
 from api.replies import reply
-from kernel import ids
-from kernel.approval_tokens import DECISIONS, TOKEN_PATTERN, claim_owner, matches, token_hash
-from kernel.errors import KernelError
+from kernel.common import ids
+from kernel.common.errors import KernelError
+from kernel.turn.approval_tokens import DECISIONS, TOKEN_PATTERN, claim_owner, matches, token_hash
 
 bp = df.Blueprint()
 log = logging.getLogger("agent.approvals")

@@ -1,13 +1,13 @@
 """What the HTTP API accepts: parsing and validation of bodies, queries and route ids. Pure.
 
-Every function returns clean values or raises a ``kernel.errors.ValidationError`` whose
+Every function returns clean values or raises a ``kernel.common.errors.ValidationError`` whose
 ``field`` names the offending part of the request (``requestId``, ``text``, ``after``,
 ``wait``, ``limit``, ``body``, ``sessionId``, ``submissionId``), so the handler answers 400 with
 ``{"error", "message", "field"}`` before anything is stored.
 
 Every string of a JSON body (keys included) and every free-form route id must be valid Unicode:
 a lone surrogate (``"\\ud800"`` is valid JSON) is refused as ``invalid_unicode`` naming the
-field (``kernel.text``), never replaced: a replaced ``requestId`` could collide with another
+field (``kernel.common.text``), never replaced: a replaced ``requestId`` could collide with another
 request's, and a replaced text is not what the client sent.
 
 Limits (documented in docs/api.md and docs/openapi.yaml):
@@ -30,10 +30,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kernel import ids
-from kernel.errors import ValidationError
-from kernel.requests import MAX_TEXT_CHARS
-from kernel.text import require_unicode
+from kernel.common import ids
+from kernel.common.errors import ValidationError
+from kernel.common.text import require_unicode
+from kernel.session.requests import MAX_TEXT_CHARS
 
 MAX_JSON_DEPTH = 64  # as the host bounds durable inputs (the extension's JSON library default)
 MAX_BODY_BYTES = 256 * 1024
@@ -48,7 +48,7 @@ class Submission:
     request_id: str
     text: str
     # What a run of this submission may use besides its text: the tools it may call and its
-    # own turn policy (``kernel.loops.run_options``; a loop's runs carry them). Empty: the
+    # own turn policy (``kernel.loops.loop.run_options``; a loop's runs carry them). Empty: the
     # whole catalogue and the app's settings, as for any HTTP submission.
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
 

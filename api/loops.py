@@ -27,8 +27,9 @@ from azure.durable_functions.models.OrchestrationRuntimeStatus import Orchestrat
 from api import inputs, principals
 from api.replies import failure, reply
 from entities.session_pages import read_head
-from kernel import ids, loops
-from kernel.errors import ConflictError, KernelError, NotFoundError
+from kernel.common import ids
+from kernel.common.errors import ConflictError, KernelError, NotFoundError
+from kernel.loops import loop as loops
 
 bp = df.Blueprint()
 LEVEL = func.AuthLevel.FUNCTION  # as every sessions route (docs/security.md)

@@ -30,8 +30,8 @@ import azure.functions as func
 
 from api import approval_links, inputs
 from api.replies import failure, reply
-from kernel import ids
-from kernel.errors import ConflictError, KernelError, NotFoundError
+from kernel.common import ids
+from kernel.common.errors import ConflictError, KernelError, NotFoundError
 
 bp = df.Blueprint()
 ACTIONS = ("retry", "abort")

@@ -27,7 +27,7 @@ import azure.functions as func
 from api import inputs, principals
 from api.replies import failure
 from entities import session_pages
-from kernel.errors import KernelError, NotFoundError
+from kernel.common.errors import KernelError, NotFoundError
 
 bp = df.Blueprint()
 HERE = Path(__file__).resolve().parent

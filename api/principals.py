@@ -26,11 +26,11 @@ from typing import Any
 
 import azure.functions as func
 
-from kernel.errors import NotFoundError, ValidationError
+from kernel.common.errors import NotFoundError, ValidationError
 
 TRUST_SETTING = "AGENT_TRUST_CLIENT_PRINCIPAL"
 HEADER = "X-MS-CLIENT-PRINCIPAL-ID"
-_PRINCIPAL = re.compile(r"^[\x21-\x7e]{1,128}$")  # what kernel.requests accepts as an owner
+_PRINCIPAL = re.compile(r"^[\x21-\x7e]{1,128}$")  # what kernel.session.requests accepts as an owner
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,10 +28,10 @@ from typing import Any
 import azure.durable_functions as df
 
 from entities import session_pages
-from kernel import pages
-from kernel import session as core
-from kernel.errors import ConflictError, NotFoundError
-from kernel.statuses import ENDED_RUNTIME_STATUSES
+from kernel.common.errors import ConflictError, NotFoundError
+from kernel.common.statuses import ENDED_RUNTIME_STATUSES
+from kernel.session import pages
+from kernel.session import reducer as core
 
 SETTLE_SECONDS = 5.0
 CONFIRM_SECONDS = 10.0

@@ -13,7 +13,7 @@ from typing import Any
 
 import azure.functions as func
 
-from kernel.errors import KernelError
+from kernel.common.errors import KernelError
 
 
 def reply(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> func.HttpResponse:

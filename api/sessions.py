@@ -18,10 +18,10 @@ retry finds the original instead of starting a second run:
 A session exists once a submission is accepted (HTTP 202): until its first commit lands, the
 view is the empty session at cursor 0 and the change stream waits from there.
 
-The session entity's state is a head (``kernel.pages``): the view shows what is recent, and the
+The session entity's state is a head (``kernel.session.pages``): the view shows what is recent, and the
 entries, change and submission reads reach older records through sealed pages on demand.
 
-Previews (``kernel.previews``, docs/turn.md "Streaming and previews"): every change answer
+Previews (``kernel.session.previews``, docs/turn.md "Streaming and previews"): every change answer
 carries the session's live previews (``previews``, each marked ``"preview": true``) and their
 ``previewTag``; a reader that passes the tag it holds (``previews=<tag>``, or ``previews=`` for
 none) is answered early when the live previews differ from it, not only when records arrive.
@@ -48,11 +48,11 @@ from adapters.content_store import default_store
 from api import inputs, principals, purge
 from api.replies import failure, reply
 from entities import session_pages
-from kernel import content, ids
-from kernel import previews as preview_rules
-from kernel import session as core
-from kernel.errors import ConflictError, KernelError, NotFoundError
-from kernel.submissions import MAX_QUEUED_SUBMISSIONS
+from kernel.common import content, ids
+from kernel.common.errors import ConflictError, KernelError, NotFoundError
+from kernel.session import previews as preview_rules
+from kernel.session import reducer as core
+from kernel.session.submissions import MAX_QUEUED_SUBMISSIONS
 
 bp = df.Blueprint()
 LEVEL = func.AuthLevel.FUNCTION  # every route: a function key (docs/security.md)

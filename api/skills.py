@@ -1,7 +1,7 @@
 """HTTP API of skills: register, read, list, versions; start, read, list, signal, approve and
 cancel runs (``docs/skills.md``).
 
-* ``POST /api/skills`` registers a definition (``kernel.skills``): 201 with the new version,
+* ``POST /api/skills`` registers a definition (``kernel.skills.skill``): 201 with the new version,
   200 ``created: false`` when the latest version already holds the same definition, 400
   ``invalid_skill`` naming *every* problem (``problems: [{"field", "message"}]``) and storing
   nothing.
@@ -37,9 +37,10 @@ import azure.functions as func
 from adapters import skill_store
 from api import inputs, principals
 from api.replies import failure, reply
-from kernel import ids, skills
-from kernel.errors import ConflictError, KernelError, NotFoundError, ValidationError
-from kernel.turn_policy import TurnLimits, TurnSettingsError
+from kernel.common import ids
+from kernel.common.errors import ConflictError, KernelError, NotFoundError, ValidationError
+from kernel.skills import skill as skills
+from kernel.turn.policy import TurnLimits, TurnSettingsError
 
 bp = df.Blueprint()
 LEVEL = func.AuthLevel.FUNCTION  # as every sessions route (docs/security.md)

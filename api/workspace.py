@@ -33,8 +33,8 @@ from api import inputs, principals
 from api.replies import failure, reply
 from api.sessions import LEVEL, current_state
 from entities import session_pages
-from kernel import workspace
-from kernel.errors import ConflictError, KernelError, NotFoundError, ValidationError
+from kernel.common.errors import ConflictError, KernelError, NotFoundError, ValidationError
+from kernel.workspace import files as workspace
 
 bp = df.Blueprint()
 CHAIN_LIMIT = 50

@@ -47,7 +47,7 @@ HUB = "AgentRound"
 
 def three_ports() -> tuple[int, int, int]:
     """Free ports for Azurite's blob, queue and table services."""
-    from durable_host import azurite
+    from durable_host.ops import azurite
 
     blob, queue, table = azurite.free_ports(3)
     return blob, queue, table
@@ -150,7 +150,7 @@ def main() -> int:
         emulator: Any = None
         history: Path | HistorySize
         if args.store == "azure":
-            from durable_host import azurite
+            from durable_host.ops import azurite
 
             emulator = azurite.start(
                 None, three_ports(), in_memory=True, log=Path(tmp) / "azurite.log"

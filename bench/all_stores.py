@@ -93,7 +93,7 @@ def run(
             hosts["ours_postgres"].log_path = tmp / "ours_postgres.log"
         if "azure" in stores:
             from bench import host_bench
-            from durable_host import azurite
+            from durable_host.ops import azurite
 
             blob, queue, table = azurite.free_ports(3)
             emulator = azurite.start(

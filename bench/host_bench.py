@@ -114,7 +114,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-"))
     emulator = None
     if args.store == "azure":
-        from durable_host import azurite
+        from durable_host.ops import azurite
 
         blob, queue, table = azurite.free_ports(3)
         emulator = azurite.start(

@@ -173,7 +173,7 @@ def main() -> int:
         else:
             connection = os.environ.get("AzureWebJobsStorage", "").strip()
             if not connection:
-                from durable_host import azurite
+                from durable_host.ops import azurite
 
                 blob, queue, table = azurite.free_ports(3)
                 emulator = azurite.start(None, (blob, queue, table), in_memory=True)

@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.kernel_client import kernel_env, submit, wait_final
-from durable_host import wire
-from durable_host.history import EventType
+from durable_host.core import wire
+from durable_host.core.history import EventType
 from durable_host.testing import WEBHOOK, HostProcess
 from orchestrators import agent_round, agent_run, agent_turn, tool_task
 

@@ -32,11 +32,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from durable_host import config as config_mod
-from durable_host import loader
-from durable_host.client import DurableClient
-from durable_host.engine import Engine
-from durable_host.store.sqlite import SqliteStore
+from durable_host.engine.client import DurableClient
+from durable_host.engine.loops import Engine
+from durable_host.functions import config as config_mod
+from durable_host.functions import loader
+from durable_host.store.sqlite.store import SqliteStore
 
 APP = ROOT / "tests" / "apps" / "parity"
 PHASES = ("attempt", "load", "replay", "commit")

@@ -350,7 +350,7 @@ def main() -> int:
     ):
         hosts[name] = HostProcess(ROOT / "bench" / "app", f"sqlite:{tmp / name}.db", env=env)
     if not args.no_azure:
-        from durable_host import azurite
+        from durable_host.ops import azurite
 
         blob, queue, table = azurite.free_ports(3)
         emulator = azurite.start(

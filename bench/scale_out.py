@@ -41,8 +41,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from durable_host.history import EventType
-from durable_host.ownership import partition_of
+from durable_host.cluster.ownership import partition_of
+from durable_host.core.history import EventType
 from durable_host.store.azure import AzureStore
 from durable_host.testing import HostProcess, wait_for
 
@@ -214,7 +214,7 @@ def main() -> None:
         url, emulator = server_url(tmp)
         os.environ["DURABLE_HOST_POSTGRES"] = url
     else:
-        from durable_host import azurite
+        from durable_host.ops import azurite
 
         blob, queue, table = azurite.free_ports(3)
         emulator = azurite.start(

@@ -57,14 +57,14 @@ sys.path.insert(0, str(ROOT))
 
 from bench.kernel_client import FINAL, kernel_env, submit
 from durable_host.testing import HostProcess, wait_for
-from kernel.retention import DEFAULT_RETENTION, SETTING, parse_retention
+from kernel.session.retention import DEFAULT_RETENTION, SETTING, parse_retention
 
 ROUNDS_PER_SUBMISSION = 3  # calculate, remember, answer
 
 
 def three_ports() -> tuple[int, int, int]:
     """Free ports for Azurite's blob, queue and table services."""
-    from durable_host import azurite
+    from durable_host.ops import azurite
 
     blob, queue, table = azurite.free_ports(3)
     return blob, queue, table
@@ -168,7 +168,7 @@ def main() -> int:
     emulator = None
     probe = None
     if args.store == "azure":
-        from durable_host import azurite
+        from durable_host.ops import azurite
 
         emulator = azurite.start(None, three_ports(), in_memory=True, log=tmp / "azurite.log")
         env.update(AzureWebJobsStorage=emulator.connection_string, DURABLE_HOST_HUB=HUB)

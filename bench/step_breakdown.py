@@ -99,7 +99,7 @@ def main() -> int:
                 env = {"DURABLE_HOST_POSTGRES": url, "DURABLE_HOST_HUB": "B" + uuid.uuid4().hex[:8]}
                 floor = all_stores.postgres_commit_ms(url)
             else:
-                from durable_host import azurite
+                from durable_host.ops import azurite
 
                 blob, queue, table = azurite.free_ports(3)
                 emulator = azurite.start(

@@ -36,10 +36,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from durable_host import azurite
-from durable_host import config as config_mod
-from durable_host import history as h
-from durable_host.records import InstanceRecord
+from durable_host.core import history as h
+from durable_host.core.records import InstanceRecord
+from durable_host.functions import config as config_mod
+from durable_host.ops import azurite
 from durable_host.transfer import commands
 from durable_host.transfer.protocol import ActivityDump, InboxItem, InstanceDump, Item
 from durable_host.transfer.sqlite import SqliteHub

@@ -3,7 +3,7 @@
 ``python -m durable_host keys [--app-dir DIR] [--store S] [--json]`` and
 ``python -m durable_host next-wake [--app-dir DIR] [--store S]`` and
 ``python -m durable_host replay-check [--app-dir NEW] [--store S] [--instances
-running|all|ID...] [--json]`` (``durable_host/replay_check.py``: exit 1 when a stored
+running|all|ID...] [--json]`` (``durable_host/engine/replay_check.py``: exit 1 when a stored
 instance would fail under the new code), ``python -m durable_host export [--app-dir DIR]
 [--store S] --out FILE [--include-keys]`` and ``python -m durable_host import [--app-dir DIR]
 [--store S] FILE`` (``durable_host/transfer/``: a stopped host's hub, running work included,
@@ -12,7 +12,7 @@ to a file and into an empty hub).
 ``--exit-when-idle``: stop (exit 0) once nothing has been runnable for that long, printing
 one JSON line ``{"event": "idle-exit", "next_wake": ...}`` (and writing it to
 ``--wake-file``); ``next-wake`` prints the same answer for a stopped host
-(``durable_host/wake.py``, ``docs/schedules.md``).
+(``durable_host/triggers/wake.py``, ``docs/schedules.md``).
 
 Prints one line ``durable host listening on http://H:P`` once it serves requests (tests
 read the port from it when ``--port 0``), and stops cleanly on SIGTERM or SIGINT:
@@ -21,7 +21,7 @@ store is lost while it runs (``Host.fatal``) stops the same way, prints
 ``durable host: <reason>`` and exits 2, as a host that cannot start does. Logs go to
 stderr, one record per line, each naming its instance (``--log-format text|json``).
 
-``keys`` prints the host's keys (``durable_host/keys.py``) - creating them if the hub has
+``keys`` prints the host's keys (``durable_host/http/keys.py``) - creating them if the hub has
 none yet, so a host started later uses the same ones. It opens the store read-only, so it
 works beside a running host. It prints secrets to stdout on purpose; nothing is logged.
 """
@@ -38,12 +38,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-from durable_host import config as config_mod
-from durable_host import keys as keys_mod
-from durable_host import loader, local_settings, logs, timer_triggers, wake
-from durable_host import replay_check as replay_check_mod
+from durable_host.engine import replay_check as replay_check_mod
+from durable_host.functions import config as config_mod
+from durable_host.functions import loader, local_settings
 from durable_host.host import STARTUP_ERRORS, Host, open_store
+from durable_host.http import keys as keys_mod
+from durable_host.ops import logs
 from durable_host.transfer import commands
+from durable_host.triggers import timer as timer_triggers
+from durable_host.triggers import wake
 
 
 class _Parser(argparse.ArgumentParser):

@@ -31,19 +31,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from durable_host import config as config_mod
-from durable_host import history as h
-from durable_host import loader, membership, startup_report, telemetry, timer_triggers, wake
-from durable_host.client import DurableClient
+from durable_host import server
+from durable_host.cluster import membership
+from durable_host.core import history as h
 from durable_host.dashboard import Dashboard
-from durable_host.engine import Engine
-from durable_host.http import auth, cors, listener, server
+from durable_host.engine.client import DurableClient
+from durable_host.engine.loops import Engine
+from durable_host.functions import config as config_mod
+from durable_host.functions import loader, startup_report
+from durable_host.http import auth, cors, listener
 from durable_host.http.key_routes import KeyRoutes
+from durable_host.http.keys import KeyConfigError, Keys
 from durable_host.http.limits import Limits
-from durable_host.keys import KeyConfigError, Keys
+from durable_host.ops import telemetry
 from durable_host.store import postgres_store
 from durable_host.store.base import Store, StoreError
-from durable_host.store.sqlite import SqliteStore
+from durable_host.store.sqlite.store import SqliteStore
+from durable_host.triggers import timer as timer_triggers
+from durable_host.triggers import wake
 
 log = logging.getLogger("durable_host")
 

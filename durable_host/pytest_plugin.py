@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from durable_host.records import TERMINAL
+from durable_host.core.records import TERMINAL
 from durable_host.testing import WEBHOOK, HostProcess, Response, wait_for
 
 __all__ = ["DurableHost"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from durable_host.records import TERMINAL
+from durable_host.core.records import TERMINAL
 
 # The directory that holds the ``durable_host`` package: the child process imports it from here.
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
-"""The ``limiter`` entity: per-key concurrency control (``kernel/limits.py``).
+"""The ``limiter`` entity: per-key concurrency control (``kernel/common/limits.py``).
 
 One entity per filled key (``service:mail``, ``ledger:s1``); every operation is the pure
-reducer ``kernel.limits.apply``, the state set once from its result. Time comes from the
+reducer ``kernel.common.limits.apply``, the state set once from its result. Time comes from the
 caller's ``now`` (its ``current_utc_datetime``), never from a clock here, as for the
 ``semaphore`` entity, whose ``caller_time`` this shares. The ``semaphore`` entity of the model
 slots stays as it is: the golden histories of every turn pin its name and operations.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import azure.durable_functions as df
 
 from entities.semaphore import caller_time
-from kernel import limits
+from kernel.common import limits
 
 bp = df.Blueprint()
 

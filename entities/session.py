@@ -1,7 +1,7 @@
-"""The ``session`` entity: one per session id, every operation a pure reducer of ``kernel.session``.
+"""The ``session`` entity: one per session id, every operation a pure reducer of ``kernel.session.reducer``.
 
 The entity copies nothing into its state itself: it hands the stored state, the operation
-and its input to ``kernel.session.apply``, sets the state once from the validated result
+and its input to ``kernel.session.reducer.apply``, sets the state once from the validated result
 (only when the reducer returned a new object), and answers an envelope instead of raising,
 so a failed operation changes nothing and callers can branch on the error:
 ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {error, message, field}, "status": 4xx}``.
@@ -19,7 +19,7 @@ A session exists from its first successful mutating operation on. Reads, failed 
 and ``delete`` of an absent session never create it.
 
 **Sealing.** After every write the entity asks the kernel which old records to seal
-(``kernel.pages.seal``: pure, it returns the new head and the page texts). It stores the pages
+(``kernel.session.pages.seal``: pure, it returns the new head and the page texts). It stores the pages
 in the content store and, for every sealed submission, a marker (``pages.submission_marker``),
 *then* sets the head: the atomic commit is still one state write, and it never references a
 page that is not durable. So each operation reads and writes the small head, not the session.
@@ -40,11 +40,12 @@ import azure.durable_functions as df
 
 from adapters.content_store import ContentNotFound, default_store
 from entities import session_pages
-from kernel import ids, pages
-from kernel import session as core
-from kernel.errors import ConflictError, KernelError, NotFoundError, ValidationError
-from kernel.statuses import FINAL_SUBMISSION_STATUSES
-from kernel.submissions import check_owner
+from kernel.common import ids
+from kernel.common.errors import ConflictError, KernelError, NotFoundError, ValidationError
+from kernel.common.statuses import FINAL_SUBMISSION_STATUSES
+from kernel.session import pages
+from kernel.session import reducer as core
+from kernel.session.submissions import check_owner
 
 bp = df.Blueprint()
 
@@ -99,7 +100,7 @@ def handle(
 
 def with_named_documents(state: dict[str, Any], request: Any) -> dict[str, Any]:
     """The state with the documents a commit names put back from their bucket pages, so the
-    reducer checks versions and types against them (``kernel.pages.with_documents``)."""
+    reducer checks versions and types against them (``kernel.session.pages.with_documents``)."""
     if not isinstance(request, dict) or not isinstance(request.get("documents"), list):
         return state
     named = [

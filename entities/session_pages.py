@@ -1,11 +1,11 @@
-"""IO for the session's sealed pages (``kernel.pages``): store them, load them, read the head.
+"""IO for the session's sealed pages (``kernel.session.pages``): store them, load them, read the head.
 
 * ``store_pages`` writes page texts to the content store. The store is content-addressed and
   durable before ``put`` returns, so the entity calls it *before* it sets the head that
   references the pages; a crash in between leaves only orphan pages.
 * ``load_page`` reads a page through a small in-process cache: a page never changes (its
   reference is its hash), so a cached copy is always right. Callers must not mutate it;
-  ``kernel.pages`` readers return copies.
+  ``kernel.session.pages`` readers return copies.
 * ``read_head`` reads a session entity's state (the head) through the durable client.
 * ``page_size`` is the setting ``AGENT_SESSION_PAGE_SIZE`` (records per sealed page, default
   32, at least 2): tests lower it to seal pages after a few turns.
@@ -22,10 +22,10 @@ from typing import Any
 import azure.durable_functions as df
 
 from adapters.content_store import ContentNotFound, default_store
-from kernel import pages
-from kernel.content import content_ref
-from kernel.pages import DEFAULT_PAGE_SIZE
-from kernel.state import decode_entity_state
+from kernel.common.content import content_ref
+from kernel.session import pages
+from kernel.session.pages import DEFAULT_PAGE_SIZE
+from kernel.session.state import decode_entity_state
 
 CACHE_PAGES = 1024  # ~40 MB at most: a page holds 32 records of a few hundred bytes
 _cache: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -83,7 +83,7 @@ def sealed_submission(state: dict[str, Any] | None, sub_id: str) -> dict[str, An
 
 
 def document(state: dict[str, Any] | None, doc_id: str) -> dict[str, Any] | None:
-    """A document's latest record: the head's, else its bucket page's (``kernel.pages``)."""
+    """A document's latest record: the head's, else its bucket page's (``kernel.session.pages``)."""
     if state is None:
         return None
     held = (state.get("documents") or {}).get(doc_id)

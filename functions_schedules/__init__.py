@@ -1,7 +1,7 @@
 """Timer schedules as Azure Functions reads them: one parser for the host and the app (pure:
 no clock, no IO).
 
-The host's timer triggers (``durable_host.ncrontab``) and the app's loops (``kernel.cron``)
+The host's timer triggers (``durable_host.triggers.ncrontab``) and the app's loops (``kernel.loops.cron``)
 both read schedules; the app may not import its host and the host may not import the app,
 so this small package, which imports neither, is the one both use. It ships with the app
 (the deployment's root) and with the host's wheel.

@@ -1,6 +1,6 @@
 """``agent_loop``: a cron-driven agent loop, one eternal orchestration per loop.
 
-Instance id ``loop:{session}:{loop}`` (``kernel/loops.py``). Each execution sleeps on a durable
+Instance id ``loop:{session}:{loop}`` (``kernel/loops/loop.py``). Each execution sleeps on a durable
 timer until the next occurrence - raced with the control event, so pause, resume and delete
 take effect at once - submits the loop's prompt as an ordinary submission of the session with
 the request id ``loop:{loop}:{occurrence}`` (``loop_submit``), and continues as new, so the
@@ -41,9 +41,9 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from kernel import loops
-from kernel.errors import ValidationError
-from kernel.failures import FailurePolicy
+from kernel.common.errors import ValidationError
+from kernel.loops import loop as loops
+from kernel.turn.failures import FailurePolicy
 from orchestrators.failures import run_kind
 from orchestrators.steps import event_or_deadline, event_payload, set_status
 

@@ -11,14 +11,14 @@ Phases (custom status ``{"phase", "round", ...}``; task record ``round`` under t
 1. prepare: stop if the submission is finished or a cancel was requested; record the round task.
 2. request: take a model-call slot from the ``semaphore`` entity, call ``call_model`` with a
    reference (session id + submission id, never the transcript), release the slot. Failures
-   come back as envelopes; ``kernel.turn_policy.next_retry_delay`` decides the durable timer
+   come back as envelopes; ``kernel.turn.policy.next_retry_delay`` decides the durable timer
    before the next attempt (backoff, the provider's Retry-After, no retry for fatal errors).
    With ``limits.model_background`` (``AGENT_MODEL_BACKGROUND=1``) the call is a background
    request instead (``orchestrators/model_wait.py``): submitted under the slot, then polled on
    durable timers without it; a cancel while it waits stops the round as ``cancelled``.
 3. commit: one commit holds the model response (the assistant entry, with token usage) and the
    tool tasks it asks for, before any tool runs; ``check_guards`` may stop the turn instead.
-4. tools: one ``tool_task`` sub-orchestration per call (id ``kernel.ids.tool_task_id``); they
+4. tools: one ``tool_task`` sub-orchestration per call (id ``kernel.common.ids.tool_task_id``); they
    return envelopes and are joined with a progressive ``task_any`` loop; one commit closes the
    round (and gives every failed tool task a result the model can read).
 """
@@ -32,10 +32,11 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from kernel import ids, task_types
-from kernel.model_io import ModelResponse
-from kernel.statuses import FINAL_SUBMISSION_STATUSES, SubmissionStatus, TaskStatus
-from kernel.turn_policy import TurnLimits, check_guards, next_retry_delay
+from kernel.common import ids
+from kernel.common.statuses import FINAL_SUBMISSION_STATUSES, SubmissionStatus, TaskStatus
+from kernel.session import task_types
+from kernel.turn.model_io import ModelResponse
+from kernel.turn.policy import TurnLimits, check_guards, next_retry_delay
 from orchestrators import model_wait
 from orchestrators.steps import (
     child_version,

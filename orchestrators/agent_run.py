@@ -35,9 +35,9 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from kernel import ids
-from kernel.statuses import SubmissionStatus, TaskStatus
-from kernel.turn_policy import TurnLimits, TurnSettingsError
+from kernel.common import ids
+from kernel.common.statuses import SubmissionStatus, TaskStatus
+from kernel.turn.policy import TurnLimits, TurnSettingsError
 from orchestrators.steps import (
     child_version,
     event_or_deadline,

@@ -1,7 +1,7 @@
 """``agent_turn``: one orchestration per submission, from acceptance to the final answer.
 
 Input (the job, written by the HTTP API): ``{session_id, request_id, submission_id, text |
-text_ref}``; the instance id is ``{session}:turn:{submission}`` (``kernel.ids``). Output:
+text_ref}``; the instance id is ``{session}:turn:{submission}`` (``kernel.common.ids``). Output:
 ``{"ok": true, "status", "answer", "duplicate"}`` or ``{"ok": false, "error"}`` when the
 session refused the submission (e.g. ``queue_full``).
 
@@ -56,16 +56,16 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from kernel import ids
-from kernel.content import REFERENCE_THRESHOLD_BYTES
-from kernel.requests import MAX_REASON_CHARS
-from kernel.statuses import (
+from kernel.common import ids
+from kernel.common.content import REFERENCE_THRESHOLD_BYTES
+from kernel.common.statuses import (
     ENDED_RUNTIME_STATUSES,
     FINAL_SUBMISSION_STATUSES,
     SubmissionStatus,
     TaskStatus,
 )
-from kernel.text import scrub
+from kernel.common.text import scrub
+from kernel.session.requests import MAX_REASON_CHARS
 from orchestrators.steps import (
     child_version,
     event_or_deadline,

@@ -1,4 +1,4 @@
-"""Run a task kind under its ``FailurePolicy`` (``kernel/failures.py``): tries with durable
+"""Run a task kind under its ``FailurePolicy`` (``kernel/turn/failures.py``): tries with durable
 backoff timers, then the kind's ``onFailure`` handler exactly once, then a tier.
 
 ``yield from run_kind(context, policy, task_id, input)`` returns the envelope
@@ -25,7 +25,7 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from kernel import failures
+from kernel.turn import failures
 from orchestrators.steps import child_version, set_status
 
 Gen = Generator[Any, Any, Any]

@@ -1,4 +1,4 @@
-"""Run a step under a declared limit (``kernel/limits.py``): acquire, run, release.
+"""Run a step under a declared limit (``kernel/common/limits.py``): acquire, run, release.
 
 Orchestrators use it through a declaration (a tool's ``concurrency``), never with code of
 their own per limit: ``yield from limited(context, limit, fields, holder, step)`` takes a
@@ -21,7 +21,7 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from kernel import limits
+from kernel.common import limits
 from orchestrators.steps import event_or_deadline, set_status
 
 Gen = Generator[Any, Any, Any]

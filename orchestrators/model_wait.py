@@ -38,7 +38,7 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from kernel.turn_policy import TurnLimits
+from kernel.turn.policy import TurnLimits
 from orchestrators.notices import event_reason, sleep_or_cancel
 from orchestrators.steps import set_status
 

@@ -1,7 +1,7 @@
 """``send_notices`` and ``send_notice``: one approved notice to many recipients, each send verified.
 
 ``send_notices`` (the parent; input ``{session_id, submission_id, tool_task_id, recipients,
-subject, body | body_ref, policy, settings?}``, see ``kernel.task_types``):
+subject, body | body_ref, policy, settings?}``, see ``kernel.session.task_types``):
 
 1. Validates the input, then asks ``notices_prepare`` whether the session, submission, parent
    task and body exist and which settings apply. Any problem ends the run with
@@ -33,7 +33,7 @@ terminal task status; and returns ``{"ok", "kind", "recipient", "outcome", "deta
 can neither confirm nor deny ends ``uncertain`` (task ``interrupted``) with the facts.
 
 Both are deterministic: settings come from the input and from ``notices_prepare``, times from
-``context.current_utc_datetime``, ids from ``kernel.ids`` and ``kernel.task_types``.
+``context.current_utc_datetime``, ids from ``kernel.common.ids`` and ``kernel.session.task_types``.
 """
 
 from __future__ import annotations
@@ -46,11 +46,12 @@ from typing import Any
 import azure.durable_functions as df
 
 from activities.cancel import cancel_event
-from kernel import ids, task_types
-from kernel.documents import MAX_RECIPIENTS
-from kernel.errors import KernelError
-from kernel.statuses import TERMINAL_TASK_STATUSES, TaskStatus
-from kernel.task_types import CHILD_STATUS, OUTCOMES, NoticeSettings, SendNoticeInput
+from kernel.common import ids
+from kernel.common.errors import KernelError
+from kernel.common.statuses import TERMINAL_TASK_STATUSES, TaskStatus
+from kernel.session import task_types
+from kernel.session.documents import MAX_RECIPIENTS
+from kernel.session.task_types import CHILD_STATUS, OUTCOMES, NoticeSettings, SendNoticeInput
 from orchestrators.steps import child_version, event_payload, session_entity, set_phase
 
 bp = df.Blueprint()

@@ -6,7 +6,7 @@ failure. It mails the operator (``activities/operator_notice.py``) once - no ret
 since a handler that cannot reach anybody is exactly the case for ``needs_attention`` - and
 returns the notice's result; it fails when nobody could be told.
 
-The tool catalogue (``kernel/tools.py``, ``ToolSpec.failure``) and agent loops name it.
+The tool catalogue (``kernel/turn/tools.py``, ``ToolSpec.failure``) and agent loops name it.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ function under ``{run}:{step id}`` with ``"branch": step id``, the outputs it ma
 The steps run in order; a step that fails ends the run as ``failed`` (a join's children end
 the join as its mode says). Per kind:
 
-* ``tool``: arguments resolved from the scope, then ``kernel.tools.validate_call``; each try
+* ``tool``: arguments resolved from the scope, then ``kernel.turn.tools.validate_call``; each try
   is the ``execute_tool`` activity under its own attempt record
   ``{nonce}:skill:{instance}:{step}:{try}``, so a try whose result was recorded is never run
   again after a crash, and a try that died mid-run is re-run only when the tool and the step's
@@ -31,7 +31,7 @@ the join as its mode says). Per kind:
 
 A cancelled run (terminated by the cancel route) cannot release the slot of a declared limit
 it held; the route starts this function once more as ``{run}:release`` with ``{"release":
-[{"key", "holder"}]}`` (``kernel.skills.limit_holders``), which releases them and ends.
+[{"key", "holder"}]}`` (``kernel.skills.skill.limit_holders``), which releases them and ends.
 
 Returns ``{"ok", "status": "completed"|"failed", "skill", "version", "steps": {id: result},
 "outputs": {id: output}, "failed_step"}`` (a branch: ``{"result", "steps", "outputs"}``).
@@ -49,8 +49,9 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from kernel import limits as kernel_limits
-from kernel import skills, tools
+from kernel.common import limits as kernel_limits
+from kernel.skills import skill as skills
+from kernel.turn import tools
 from orchestrators import limits as declared_limits
 from orchestrators.steps import child_version, event_or_deadline, event_payload, set_status
 
@@ -249,7 +250,7 @@ def execute(run: Run, step: skills.ToolStep, arguments: Any, policy: str, attemp
                     "name": step.tool,
                     "arguments": arguments,
                     "policy": policy,
-                    "session_id": "",  # skill tools need no session (kernel.skills.SKILL_TOOLS)
+                    "session_id": "",  # skill tools need no session (kernel.skills.skill.SKILL_TOOLS)
                     "timeout_s": float(run.settings.get("tool_timeout_s") or 300),
                     "lease_s": lease_s,
                 },

@@ -28,7 +28,8 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from kernel import ids, task_types
+from kernel.common import ids
+from kernel.session import task_types
 
 STATUS_LIMIT = 1000
 
@@ -91,7 +92,7 @@ def child_version(context: df.DurableOrchestrationContext) -> str:
 
 
 def kind_version(context: df.DurableOrchestrationContext, kind: str) -> str:
-    """The version of ``kind`` this instance follows (``kernel.task_types``)."""
+    """The version of ``kind`` this instance follows (``kernel.session.task_types``)."""
     return task_types.task_type(kind).version_for(context.version)
 
 

@@ -2,13 +2,13 @@
 
 Called by ``agent_round`` with ``{session_id, submission_id, turn_id, round_id, round, index,
 nonce, call: {id, name, arguments}, limits, tools?, approval_links?, declarations?}`` under
-the id ``kernel.ids.tool_task_id``. Returns an envelope and never raises for tool trouble:
+the id ``kernel.common.ids.tool_task_id``. Returns an envelope and never raises for tool trouble:
 ``{"ok", "status": completed|failed|interrupted|cancelled, "kind", "message", "tool_call_id",
 "name"}``.
 
 Phases (custom status ``{"phase", "tool", ...}``; task record ``tool`` under the round):
 
-1. call: resolve the tool and validate its arguments (``kernel.tools.validate_call``, with the
+1. call: resolve the tool and validate its arguments (``kernel.turn.tools.validate_call``, with the
    tool's pre-checks). A rejected call is answered at once with the error the model will see;
    so is a call of a tool outside the run's declared ``tools`` (``tool_not_allowed``).
 2. **call accepted** (commit 1): the intent with the final arguments and the tool's replay
@@ -24,7 +24,7 @@ Phases (custom status ``{"phase", "tool", ...}``; task record ``tool`` under the
    attempt record ``{nonce}:{submission}:{round}:{call}:1``. While another execution holds the
    record's lease, sleep on a durable timer and ask again (bounded).
    A task started with ``declarations`` applies the tool's catalogue declarations
-   (``kernel/tools.py``, docs/loops.md): ``concurrency`` takes a slot of the ``limiter``
+   (``kernel/turn/tools.py``, docs/loops.md): ``concurrency`` takes a slot of the ``limiter``
    entity of the filled key first (``orchestrators/limits.limited``) and holds it across
    every try; ``failure`` runs the tool under its ``FailurePolicy`` (``orchestrators/failures
    .run_kind``): a ``tool_error`` is tried again under the attempt records ``...:2``, ``...:3``
@@ -48,10 +48,11 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from kernel import content, ids, tools
-from kernel import limits as kernel_limits
-from kernel.statuses import TaskStatus
-from kernel.turn_policy import TurnLimits
+from kernel.common import content, ids
+from kernel.common import limits as kernel_limits
+from kernel.common.statuses import TaskStatus
+from kernel.turn import tools
+from kernel.turn.policy import TurnLimits
 from orchestrators import limits as declared_limits
 from orchestrators.failures import TryFailed, run_kind
 from orchestrators.steps import (

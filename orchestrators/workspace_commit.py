@@ -1,7 +1,7 @@
 """``workspace_commit``: commit one workspace snapshot to the session, for an upload.
 
 Input ``{"session_id", "document"}``: ``document`` is the ``workspace`` session document change
-(``kernel.workspace.document_change``, with its ``expected_version``). Returns the session
+(``kernel.workspace.files.document_change``, with its ``expected_version``). Returns the session
 entity's commit answer ``{"ok", "result" | "error"}``: a snapshot committed meanwhile by a tool
 or another upload refuses it (``version_conflict``), and the API answers 409.
 

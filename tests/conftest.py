@@ -35,7 +35,7 @@ def azurite_connection(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
     """
     if "azure" not in store_specs():
         pytest.skip("DURABLE_TEST_STORES does not include azure")
-    from durable_host import azurite
+    from durable_host.ops import azurite
 
     log = tmp_path_factory.mktemp("azurite") / "azurite.log"
     emulator = azurite.start(None, azurite.free_ports(3), in_memory=True, log=log)

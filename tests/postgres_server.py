@@ -1,4 +1,4 @@
-"""A private PostgreSQL server for the tests, as ``durable_host.azurite`` is for Azure.
+"""A private PostgreSQL server for the tests, as ``durable_host.ops.azurite`` is for Azure.
 
 ``PostgresServer.start()`` runs Debian's ``initdb`` into a fresh temporary directory (a
 password-authenticated superuser, TCP on a free loopback port, its unix socket in that

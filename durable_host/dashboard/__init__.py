@@ -32,10 +32,11 @@ from typing import Any
 
 from aiohttp import web
 
-from durable_host import history, timer_triggers, wire
-from durable_host.client import ClientError, DurableClient, status_payload
+from durable_host.core import history, wire
+from durable_host.core.records import InstanceRecord, Query, RuntimeStatus
 from durable_host.dashboard import listing
-from durable_host.records import InstanceRecord, Query, RuntimeStatus
+from durable_host.engine.client import ClientError, DurableClient, status_payload
+from durable_host.triggers import timer as timer_triggers
 
 BASE = "/admin/dashboard"
 PAGE_SIZE = 25

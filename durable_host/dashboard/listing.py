@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from durable_host.history import EventType
-from durable_host.records import InstanceRecord
+from durable_host.core.history import EventType
+from durable_host.core.records import InstanceRecord
 
 SORTS = ("newest", "oldest", "id")
 DEFAULT_SORT = "newest"

@@ -34,9 +34,9 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from durable_host import keys as keys_mod
-from durable_host.keys import Keys, KeySet
-from durable_host.loader import FunctionInfo
+from durable_host.functions.loader import FunctionInfo
+from durable_host.http import keys as keys_mod
+from durable_host.http.keys import Keys, KeySet
 
 log = logging.getLogger("durable_host.http.auth")
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from durable_host.keys import KeyChangeError, Keys
+from durable_host.http.keys import KeyChangeError, Keys
 
 MAX_BODY = 4096
 

@@ -32,8 +32,8 @@ from typing import Any
 
 from aiohttp import web
 
-from durable_host.client import INVALID_JSON, ClientError
-from durable_host.config import ConfigError
+from durable_host.engine.client import INVALID_JSON, ClientError
+from durable_host.functions.config import ConfigError
 
 MIB = 1024 * 1024
 _OFF_LOOP_BYTES = 64 * 1024  # parse bodies above this on a thread

@@ -30,7 +30,7 @@ def postgres_store(
     from durable_host.store.postgres import PostgresStore, from_spec
 
     hub = os.environ.get("DURABLE_HOST_HUB") or hub_name
-    from durable_host.ownership import DEFAULT_PARTITIONS
+    from durable_host.cluster.ownership import DEFAULT_PARTITIONS
 
     return PostgresStore(
         from_spec(spec, hub),

@@ -59,13 +59,13 @@ implementation):
   refuses every later call and the host stops.
 * ``round_trips`` counts the storage requests sent so far, for ``/admin/host/metrics`` and
   ``bench/``; None for a store that makes none worth counting (an embedded file).
-* Host secrets (the host's keys, ``durable_host/keys.py``) are small named texts kept with
+* Host secrets (the host's keys, ``durable_host/http/keys.py``) are small named texts kept with
   the hub, so a restarted or standby host sees the same ones. ``get_secret`` returns the
   stored text or None; ``swap_secret`` writes ``value`` only if the stored text still equals
   ``expected`` (None: only if absent) and says whether it did: a compare-and-swap, so two
   hosts (or a host and the ``keys`` command) never overwrite each other's change. Both work
   on a store opened read-only, for the ``keys`` command beside a running host.
-* Timer-trigger schedule status (``durable_host/timer_triggers.py``): one small JSON text per
+* Timer-trigger schedule status (``durable_host/triggers/timer.py``): one small JSON text per
   timer function (last and next occurrence, when it was updated). ``get_schedule`` returns
   it or None; ``swap_schedule`` is a compare-and-swap like ``swap_secret``, so of two hosts
   that claim one occurrence exactly one succeeds (the singleton of each occurrence).
@@ -77,7 +77,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from durable_host.records import (
+from durable_host.core.records import (
     ActivityWork,
     Completion,
     EntityCommit,

@@ -21,7 +21,7 @@ import dataclasses
 import json
 from typing import Any
 
-from durable_host.records import (
+from durable_host.core.records import (
     TERMINAL,
     Episode,
     InstanceRecord,

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from durable_host import config as config_mod
+from durable_host.functions import config as config_mod
 from durable_host.host import StoreSpecError, open_store
 from durable_host.store.base import StoreError
 from durable_host.transfer import fileformat

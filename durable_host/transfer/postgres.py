@@ -26,7 +26,7 @@ from typing import Any
 
 import psycopg
 
-from durable_host import faults
+from durable_host.ops import faults
 from durable_host.store.azure.lease import is_dead_process_here
 from durable_host.store.codec import COLUMNS, instance_record, instance_values
 from durable_host.store.postgres.database import Conn

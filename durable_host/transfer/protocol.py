@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from durable_host.records import InstanceRecord
+from durable_host.core.records import InstanceRecord
 
 
 @dataclass(slots=True)

@@ -20,8 +20,8 @@ from typing import Any
 
 from durable_host.store.base import StoreLockedError
 from durable_host.store.codec import COLUMNS, instance_record, instance_values
-from durable_host.store.sqlite_guard import OWNER_SCHEMA, FileOwnership
-from durable_host.store.sqlite_sql import SCHEMA
+from durable_host.store.sqlite.guard import OWNER_SCHEMA, FileOwnership
+from durable_host.store.sqlite.sql import SCHEMA
 from durable_host.transfer.protocol import (
     ActivityDump,
     HubBusyError,

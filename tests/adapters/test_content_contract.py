@@ -17,7 +17,7 @@ from adapters.content_store import (
     ContentStore,
     FileContentStore,
 )
-from kernel.content import content_ref
+from kernel.common.content import content_ref
 from tests.adapters.conftest import FlakyContainer
 
 # ("file", directory) or ("blob", connection string, container name)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from adapters.previews import BlobPreviewStore, FilePreviewStore, PreviewStore, PreviewWriter
-from kernel import previews as rules
+from kernel.session import previews as rules
 
 
 @pytest.fixture(params=["file", "blob"])

@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from kernel import planner
+from kernel.turn import planner
 from tests.app.turn_support import LoopbackServer
 
 DEFAULT_STATUSES = ("queued", "in_progress", "completed")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from durable_host.testing import WEBHOOK
-from kernel import ids
+from kernel.common import ids
 from tests.app.test_notices_workflow import mailbox_call
 from tests.app.test_sessions_api import final, submit, view
 from tests.harness import APPS, HostProcess, store_spec_for, store_specs

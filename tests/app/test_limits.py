@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from kernel import ids, tools
+from kernel.common import ids
+from kernel.turn import tools
 from tests.app.test_sessions_api import final, submit
 from tests.harness import APPS, HostProcess, store_spec_for, store_specs
 

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kernel import ids
+from kernel.common import ids
 from tests.app.test_notices_workflow import mailbox_call
 from tests.app.test_sessions_api import final, submit, view
 from tests.harness import HostProcess, wait_for

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from kernel import ids
+from kernel.common import ids
 from tests.harness import WEBHOOK, HostProcess, wait_for
 
 FIVE = [f"customer{n}@example.com" for n in range(1, 6)]

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from kernel import ids
+from kernel.common import ids
 from tests.app.turn_support import (
     Held,
     ModelServer,

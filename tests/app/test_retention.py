@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from kernel import retention
-from kernel.retention import Instance
+from kernel.session import retention
+from kernel.session.retention import Instance
 from tests.app.turn_support import (
     ModelServer,
     custom_status,

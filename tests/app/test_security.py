@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from kernel import ids, tools
-from kernel.approval_tokens import token_hash
+from kernel.common import ids
+from kernel.turn import tools
+from kernel.turn.approval_tokens import token_hash
 from services.mailbox.testing import start_mailbox, stop_mailbox
 from tests.app.turn_support import turn_env
 from tests.harness import ROOT, HostProcess, store_spec_for, store_specs, wait_for

@@ -6,7 +6,7 @@ import azure.functions as func
 import pytest
 
 from api import principals
-from kernel.errors import NotFoundError, ValidationError
+from kernel.common.errors import NotFoundError, ValidationError
 
 
 def request(principal: str | None = None) -> func.HttpRequest:

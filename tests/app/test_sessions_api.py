@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from kernel import content, ids
+from kernel.common import content, ids
 from tests.harness import WEBHOOK, HostProcess, Response, wait_for
 
 FINAL = ("completed", "failed", "cancelled")

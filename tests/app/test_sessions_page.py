@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kernel import ids
+from kernel.common import ids
 from tests.browser import DevTools, browser, needs_chromium  # noqa: F401 - browser: a fixture
 from tests.harness import WEBHOOK, HostProcess, wait_for
 from tests.screenshots import save, window

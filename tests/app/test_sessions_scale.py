@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kernel import tools
+from kernel.turn import tools
 from tests.app.conftest import kernel_env
 from tests.app.turn_support import submit, wait_final
 from tests.harness import ROOT, WEBHOOK, HostProcess, store_spec_for, store_specs

@@ -18,9 +18,9 @@ from api import approval_links, inputs, loops, operator, pages, purge, sessions
 from api import skills as skill_routes
 from api import workspace as workspace_routes
 from entities.session import handle
-from kernel import content
-from kernel import session as core
-from kernel.errors import ConflictError, ValidationError
+from kernel.common import content
+from kernel.common.errors import ConflictError, ValidationError
+from kernel.session import reducer as core
 from orchestrators.agent_turn import accept_request, clip_inline, finish_commit, finish_status
 
 NOW = "2026-01-01T00:00:00Z"
@@ -312,7 +312,7 @@ def test_the_openapi_document_describes_every_route_the_api_serves() -> None:
 
 def test_a_deeply_nested_body_is_a_named_400_not_a_recursion_error():
     from api import inputs
-    from kernel.errors import ValidationError
+    from kernel.common.errors import ValidationError
 
     deep = b'{"requestId": "r1", "text": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
 

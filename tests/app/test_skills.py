@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from kernel import ids, skills
+from kernel.common import ids
+from kernel.skills import skill as skills
 from tests.app.turn_support import ModelServer, start_turn_host, submit, wait_final, wait_phase
 from tests.harness import WEBHOOK, HostProcess, store_specs, wait_for
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from kernel import ids
+from kernel.common import ids
 from tests.app.turn_support import ModelServer, start_turn_host, wait_final
 from tests.harness import WEBHOOK, HostProcess, settled, store_specs
 

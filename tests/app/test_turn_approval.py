@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from kernel import ids, tools
+from kernel.common import ids
+from kernel.turn import tools
 from tests.app.turn_support import (
     custom_status,
     start_turn_host,

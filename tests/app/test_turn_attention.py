@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kernel import ids
+from kernel.common import ids
 from tests.app.turn_support import (
     ModelServer,
     run_id,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel import ids
+from kernel.common import ids
 from tests.app.responses_server import ResponsesServer
 from tests.app.turn_support import (
     history,

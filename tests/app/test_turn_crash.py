@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel import ids
+from kernel.common import ids
 from tests.app.turn_support import ModelServer, entries_of, submit, view, wait_final
 from tests.harness import HostProcess
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel import ids
+from kernel.common import ids
 from tests.app.turn_support import ModelServer, start_turn_host, submit, view, wait_final
 from tests.harness import HostProcess, store_specs
 

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from kernel import ids
+from kernel.common import ids
 from tests.app.turn_support import (
     ModelServer,
     history,

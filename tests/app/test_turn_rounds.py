@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from kernel import ids, tools
+from kernel.common import ids
+from kernel.turn import tools
 from tests.app.turn_support import (
     custom_status,
     entries_of,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel import ids
+from kernel.common import ids
 from tests.app.conftest import kernel_env
 from tests.app.turn_support import submit, view, wait_final
 from tests.harness import ROOT, HostProcess, store_spec_for, store_specs

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel import ids
+from kernel.common import ids
 from tests.app.conftest import kernel_env
 from tests.app.turn_support import entries_of, submit, wait_final
 from tests.harness import ROOT, HostProcess, store_spec_for, store_specs, wait_for

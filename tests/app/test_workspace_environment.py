@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel import ids
+from kernel.common import ids
 from tests.app.turn_support import ModelServer, run_id, submit, view, wait_final, wait_phase
 from tests.harness import HostProcess
 

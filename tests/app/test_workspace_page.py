@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernel import ids
+from kernel.common import ids
 from tests.app.turn_support import submit, wait_final
 from tests.browser import DevTools, browser, needs_chromium  # noqa: F401 - browser: a fixture
 from tests.harness import HostProcess, wait_for

@@ -9,7 +9,8 @@ import pytest
 
 from adapters import workspace_local
 from adapters.workspace_store import WorkspaceMissing, WorkspaceStore, _FileObjects
-from kernel import environment, workspace
+from kernel.workspace import environment
+from kernel.workspace import files as workspace
 
 
 @pytest.mark.parametrize(

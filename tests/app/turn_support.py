@@ -2,7 +2,7 @@
 
 ``ModelServer`` speaks chat completions on 127.0.0.1 from a thread of the test process. By
 default it answers like the offline planner (it turns the chat messages back into session
-entries and asks ``kernel.planner``), with real tool calls and usage, so a turn through the
+entries and asks ``kernel.turn.planner``), with real tool calls and usage, so a turn through the
 OpenAI path behaves like the offline one. Tests steer it per request:
 
 * ``script``: a function ``(messages) -> dict | None`` that may return a reply spec first:
@@ -30,7 +30,7 @@ from typing import Any, Self
 from aiohttp import web
 
 from adapters.model_background import entries_from_messages
-from kernel import planner
+from kernel.turn import planner
 from tests.harness import ROOT, HostProcess, store_spec_for, wait_for
 
 Script = Callable[[list[dict[str, Any]]], "dict[str, Any] | None"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_host import history as h
+from durable_host.core import history as h
 from tests.harness import WEBHOOK, HostProcess, settled, wait_for
 
 DONE = ("Completed", "Failed", "Terminated")

@@ -222,8 +222,8 @@ def test_a_mix_of_selection_words_and_ids_is_bad_usage(tmp_path):
 def _recorded_flow() -> tuple[Any, list[dict[str, Any]]]:
     """A stored history: started, ``first`` scheduled, then its result in (and nothing else
     asked for yet: the history ends as the code reads the result)."""
-    from durable_host import history as h
-    from durable_host.records import InstanceRecord
+    from durable_host.core import history as h
+    from durable_host.core.records import InstanceRecord
 
     at = "2026-01-01T00:00:00.000000Z"
     started = h.execution_started(
@@ -247,8 +247,8 @@ def _handle(body: Any) -> Any:
 
 
 def test_judge_other_version_fails_the_gate_only_under_fail():
-    from durable_host import replay_check
-    from durable_host.versioning import FailureStrategy, MatchStrategy, VersionPolicy
+    from durable_host.core.versioning import FailureStrategy, MatchStrategy, VersionPolicy
+    from durable_host.engine import replay_check
 
     record, events = _recorded_flow()
     strict = VersionPolicy("2.0", MatchStrategy.STRICT, FailureStrategy.REJECT)
@@ -264,8 +264,8 @@ def test_judge_other_version_fails_the_gate_only_under_fail():
 
 
 def test_judge_code_that_raises_while_replaying_fails():
-    from durable_host import replay_check
-    from durable_host.versioning import VersionPolicy
+    from durable_host.core.versioning import VersionPolicy
+    from durable_host.engine import replay_check
 
     record, events = _recorded_flow()
 
@@ -280,8 +280,8 @@ def test_judge_code_that_raises_while_replaying_fails():
 
 
 def test_judge_code_that_no_longer_schedules_a_recorded_call_names_it():
-    from durable_host import replay_check
-    from durable_host.versioning import VersionPolicy
+    from durable_host.core.versioning import VersionPolicy
+    from durable_host.engine import replay_check
 
     record, events = _recorded_flow()
 
@@ -297,8 +297,8 @@ def test_judge_code_that_no_longer_schedules_a_recorded_call_names_it():
 
 @pytest.mark.parametrize("status", ["Pending", "ContinuedAsNew"])
 def test_judge_an_instance_between_executions_has_nothing_to_replay(status):
-    from durable_host import replay_check
-    from durable_host.versioning import VersionPolicy
+    from durable_host.core.versioning import VersionPolicy
+    from durable_host.engine import replay_check
 
     record, events = _recorded_flow()
     record.status = status

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from durable_host import config as config_mod
-from durable_host import history as h
+from durable_host.core import history as h
+from durable_host.functions import config as config_mod
 from durable_host.host import open_store
 from durable_host.testing import PACKAGE_ROOT
 from tests.harness import APPS, HostProcess, store_spec_for, store_specs, wait_for

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from durable_host import azurite
+from durable_host.ops import azurite
 
 TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
 CLIENT_ID = "3f1c9a5e-0d2b-4c1e-9a7f-5b6d8e2c1a90"  # the user-assigned identity of the tests

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from adapters.model_provider import ProviderConfig, complete
 from functions_connections import forget_credentials
-from kernel.model_io import ModelFailure, ModelRequest, ModelSuccess
+from kernel.turn.model_io import ModelFailure, ModelRequest, ModelSuccess
 from tests.app.turn_support import ModelServer
 from tests.identity.support import CLIENT_ID, IdentityEndpoint
 

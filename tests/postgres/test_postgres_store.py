@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from durable_host.config import NON_RUNNING
-from durable_host.records import Completion, EntityCommit, Episode
+from durable_host.core.records import Completion, EntityCommit, Episode
+from durable_host.functions.config import NON_RUNNING
 from durable_host.store.base import StoreError, UnitLostError
 from durable_host.store.postgres import PostgresStore, from_spec
 from durable_host.store.postgres.episodes import StaleRecordError

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kernel import ids
+from kernel.common import ids
 from tests.app.turn_support import ModelServer, submission, wait_final
 from tests.harness import WEBHOOK, HostProcess, wait_for
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import pytest
 
-from durable_host.ownership import partition_of
+from durable_host.cluster.ownership import partition_of
 from tests.conftest import azure_env
 from tests.harness import WEBHOOK, HostProcess
 from tests.reliability.conftest import LONG

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kernel import ids
+from kernel.common import ids
 from services.mailbox.testing import start_mailbox, stop_mailbox
 from tests.app.responses_server import ResponsesServer
 from tests.app.turn_support import (

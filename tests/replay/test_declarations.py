@@ -1,4 +1,4 @@
-"""The tools' declarations (``kernel/tools.py``: ``concurrency``, ``failure``) against the
+"""The tools' declarations (``kernel/turn/tools.py``: ``concurrency``, ``failure``) against the
 golden histories: a tool task applies them only when its input says ``declarations``, so the
 recorded tasks (none says it) replay unchanged (``test_golden_histories``). This module shows
 the gate from the other side, on the same recorded history: flagged, a tool under a failure
@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from durable_host import orchestration, wire
-from durable_host import shim as shim_mod
-from durable_host.history import EventType
-from kernel import tools
+from durable_host.core import orchestration, wire
+from durable_host.core import shim as shim_mod
+from durable_host.core.history import EventType
+from kernel.turn import tools
 from tests.replay.record import app_version, corpus_dir
 from tests.replay.test_golden_histories import HANDLES, check
 

@@ -21,9 +21,10 @@ from typing import Any
 import azure.durable_functions as df
 import pytest
 
-from durable_host import orchestration, replay_check, wire
-from durable_host import shim as shim_mod
-from durable_host.history import EventType
+from durable_host.core import orchestration, wire
+from durable_host.core import shim as shim_mod
+from durable_host.core.history import EventType
+from durable_host.engine import replay_check
 from orchestrators import (
     agent_round,
     agent_run,
@@ -63,7 +64,7 @@ def replay(
     recorded: dict[str, Any], handles: dict[str, Callable[[str], str]] | None = None
 ) -> tuple[shim_mod.Shim, wire.OrchestratorState]:
     """The recorded history through today's code, as ``replay-check`` replays a stored one
-    (``durable_host.replay_check.replay``: one code path for both)."""
+    (``durable_host.engine.replay_check.replay``: one code path for both)."""
     handle = (handles or HANDLES)[recorded["orchestrator"]]
     events = [e for e in recorded["events"] if e["EventType"] != EventType.EXECUTION_COMPLETED]
     replayed = replay_check.replay(

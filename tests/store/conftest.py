@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from durable_host.store.sqlite import SqliteStore
+from durable_host.store.sqlite.store import SqliteStore
 from tests.harness import store_specs
 
 Body = Callable[[Any], Awaitable[Any]]

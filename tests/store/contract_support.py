@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from durable_host.config import NON_RUNNING
-from durable_host.orchestration import Episode, Outgoing
+from durable_host.core.orchestration import Episode, Outgoing
+from durable_host.functions.config import NON_RUNNING
 from durable_host.store.base import InstanceRecord
 
 T0 = "2026-01-01T00:00:00.000000Z"
@@ -89,7 +89,7 @@ def names(messages: list[tuple[int, dict[str, Any]]]) -> list[str]:
 def fail_at_commit(kind: str, store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the next commit fail after it has written part of its work."""
     if kind == "sqlite":
-        from durable_host.store import sqlite
+        from durable_host.store.sqlite import store as sqlite
 
         original = sqlite.write_outbox
 

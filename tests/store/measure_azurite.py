@@ -27,10 +27,10 @@ from azure.data.tables import UpdateMode
 from azure.data.tables.aio import TableServiceClient
 from azure.storage.blob.aio import BlobLeaseClient, BlobServiceClient
 
-from durable_host import azurite
-from durable_host.orchestration import Episode, Outgoing
+from durable_host.core.orchestration import Episode, Outgoing
+from durable_host.ops import azurite
 from durable_host.store.azure import AzureStore
-from durable_host.store.sqlite import SqliteStore
+from durable_host.store.sqlite.store import SqliteStore
 
 T0 = "2026-01-01T00:00:00.000000Z"
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from durable_host.history import COMPLETION_TYPES, SCHEDULING_TYPES, EventType
+from durable_host.core.history import COMPLETION_TYPES, SCHEDULING_TYPES, EventType
 from tests.harness import APPS, HostProcess, store_specs, wait_for
 
 pytestmark = pytest.mark.skipif(
@@ -199,7 +199,7 @@ def test_writes_whose_response_was_lost_apply_once(hosts, step_commit: str, faul
 
 
 def test_an_azurite_outage_is_ridden_out_and_every_instance_completes(tmp_path) -> None:
-    from durable_host import azurite
+    from durable_host.ops import azurite
 
     location, ports = tmp_path / "azurite", azurite.free_ports(3)
     emulator = azurite.start(location, ports, log=tmp_path / "azurite.log")  # type: ignore[arg-type]
@@ -236,7 +236,7 @@ def test_an_azurite_outage_is_ridden_out_and_every_instance_completes(tmp_path) 
 
 
 def test_store_writes_whose_response_was_lost_apply_once(azurite_connection) -> None:
-    from durable_host.orchestration import Episode, Outgoing
+    from durable_host.core.orchestration import Episode, Outgoing
     from durable_host.store.azure import AzureStore, LostResponses
 
     async def body() -> None:

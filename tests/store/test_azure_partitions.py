@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from durable_host.orchestration import Episode
-from durable_host.ownership import partition_of
+from durable_host.cluster.ownership import partition_of
+from durable_host.core.orchestration import Episode
 from durable_host.store.base import StoreError, UnitLostError
 from tests.harness import store_specs
 
@@ -245,7 +245,7 @@ def test_only_the_owner_discovers_an_instance_any_host_may_start(azurite_connect
 
 
 def test_activity_work_is_anyones_unless_a_live_host_claims_it(azurite_connection) -> None:
-    from durable_host.orchestration import Outgoing
+    from durable_host.core.orchestration import Outgoing
 
     async def body() -> None:
         hub = "P" + uuid.uuid4().hex[:12]

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from durable_host.orchestration import Episode
-from durable_host.records import Completion
+from durable_host.core.orchestration import Episode
+from durable_host.core.records import Completion
 from tests.store.contract_support import T0, activity, event, raised, started
 
 RESULT = {"kind": "event", "event": {"EventType": 5, "TaskScheduledId": 0}}

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from durable_host.orchestration import Episode
+from durable_host.core.orchestration import Episode
 from durable_host.store.azure.codec import partition_key
 from durable_host.store.azure.errors import StoreUnavailableError
 from durable_host.store.azure.faults import LostResponses

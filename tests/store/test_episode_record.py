@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from durable_host.config import NON_RUNNING
-from durable_host.orchestration import Episode
-from durable_host.records import Completion
-from durable_host.store import sqlite_tx
+from durable_host.core.orchestration import Episode
+from durable_host.core.records import Completion
+from durable_host.functions.config import NON_RUNNING
 from durable_host.store.base import StoreLostError
-from durable_host.store.sqlite import SqliteStore
+from durable_host.store.sqlite import tx as sqlite_tx
+from durable_host.store.sqlite.store import SqliteStore
 from tests.store.contract_support import T0, at, event, record, start_message
 from tests.store.test_step_commit import result, scheduled
 

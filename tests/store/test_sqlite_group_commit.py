@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from durable_host.config import NON_RUNNING
+from durable_host.functions.config import NON_RUNNING
 from durable_host.store.base import InstanceExistsError
-from durable_host.store.sqlite import SqliteStore
+from durable_host.store.sqlite.store import SqliteStore
 from tests.store.contract_support import T0, raised, record, start_message, started
 
 

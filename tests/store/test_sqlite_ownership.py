@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from durable_host.config import NON_RUNNING
-from durable_host.orchestration import Episode
+from durable_host.core.orchestration import Episode
+from durable_host.functions.config import NON_RUNNING
 from durable_host.store.base import StoreError, StoreLockedError, StoreLostError
-from durable_host.store.sqlite import SqliteStore
-from durable_host.store.sqlite_guard import StoreCorruptError, StoreFailedError
+from durable_host.store.sqlite.guard import StoreCorruptError, StoreFailedError
+from durable_host.store.sqlite.store import SqliteStore
 from tests.store.contract_support import T0, event, record, start_message
 
 

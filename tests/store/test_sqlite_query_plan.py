@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import sqlite3
 
-from durable_host.records import Query
+from durable_host.core.records import Query
 from durable_host.store.codec import COLUMNS
-from durable_host.store.sqlite_sql import SCHEMA, filters
+from durable_host.store.sqlite.sql import SCHEMA, filters
 
 
 def plan(query: Query) -> str:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from durable_host.config import NON_RUNNING
-from durable_host.orchestration import Episode, Outgoing
-from durable_host.records import Completion
+from durable_host.core.orchestration import Episode, Outgoing
+from durable_host.core.records import Completion
+from durable_host.functions.config import NON_RUNNING
 from tests.store.contract_support import (
     T0,
     activity,

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from durable_host.config import ANY_STATE, NON_RUNNING
-from durable_host.orchestration import Episode, Outgoing
+from durable_host.core.orchestration import Episode, Outgoing
+from durable_host.functions.config import ANY_STATE, NON_RUNNING
 from durable_host.store.base import EntityCommit, InstanceExistsError, InstanceRecord
 from tests.store.contract_support import (
     T0,

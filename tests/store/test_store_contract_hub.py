@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from durable_host.config import NON_RUNNING
-from durable_host.orchestration import Episode
+from durable_host.core.orchestration import Episode
+from durable_host.functions.config import NON_RUNNING
 from durable_host.store.base import EntityCommit, Query
 from tests.store.contract_support import (
     T0,

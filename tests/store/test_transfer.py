@@ -329,7 +329,7 @@ def test_keys_travel_only_when_asked_and_the_command_warns(moved, tmp_path):
 
 def test_the_file_is_streamed_and_verified_line_by_line(tmp_path):
     """A file of many records is read one record at a time, and its summary counts them."""
-    from durable_host.records import InstanceRecord
+    from durable_host.core.records import InstanceRecord
     from durable_host.transfer.protocol import InstanceDump
 
     path = tmp_path / "many.jsonl"
@@ -349,8 +349,8 @@ def test_every_table_of_the_sqlite_schema_is_accounted_for():
     """A table added to the store later must be moved (or said not to be) by the transfer."""
     import re
 
-    from durable_host.store.sqlite_guard import OWNER_SCHEMA
-    from durable_host.store.sqlite_sql import SCHEMA
+    from durable_host.store.sqlite.guard import OWNER_SCHEMA
+    from durable_host.store.sqlite.sql import SCHEMA
     from durable_host.transfer.sqlite import TABLES
 
     tables = set(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA + OWNER_SCHEMA))

@@ -17,7 +17,7 @@ from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
-from durable_host import faults
+from durable_host.ops import faults
 from durable_host.store.azure.codec import ATTEMPTS_ROW, partition_key
 from durable_host.store.azure.errors import StoreConflictError, status_of
 from durable_host.store.azure.tables import HubTables, Operation

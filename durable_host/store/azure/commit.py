@@ -42,7 +42,7 @@ from azure.core import MatchConditions
 from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
-from durable_host import faults
+from durable_host.ops import faults
 from durable_host.store.azure.attempts import reset_attempts
 from durable_host.store.azure.codec import (
     BATCH_BYTES,

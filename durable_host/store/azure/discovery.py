@@ -35,8 +35,8 @@ from typing import Any
 
 from azure.core.exceptions import AzureError
 
-from durable_host import history as h
-from durable_host.records import ActivityWork
+from durable_host.core import history as h
+from durable_host.core.records import ActivityWork
 from durable_host.store.azure.codec import (
     INBOX_ROWS,
     WORK_ROWS,

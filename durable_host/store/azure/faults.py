@@ -4,8 +4,8 @@ After the n-th successful write at ``point`` (``commit``, ``complete``, ``send``
 n defaults to 1) the store raises as if the response had been lost on the way back. Tests
 use it to prove that a retried write applies exactly once. The point ``request`` fails a
 request of any kind before it is sent (a connection that could not be made). ``%p`` makes
-a point fire at p percent of its passes (``durable_host.faults``). The plan format and its parser
-are the host's one fault mechanism (``durable_host.faults``); this adds only the error an
+a point fire at p percent of its passes (``durable_host.ops.faults``). The plan format and its parser
+are the host's one fault mechanism (``durable_host.ops.faults``); this adds only the error an
 Azure client raises when a response is lost.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from azure.core.exceptions import ServiceRequestError, ServiceResponseError
 
-from durable_host import faults
+from durable_host.ops import faults
 
 
 class LostResponses(faults.FaultPlan):

@@ -31,8 +31,7 @@ from azure.core import MatchConditions
 from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError
 from azure.data.tables import UpdateMode
 
-from durable_host import faults
-from durable_host.records import (
+from durable_host.core.records import (
     ActivityWork,
     Completion,
     EntityCommit,
@@ -41,6 +40,7 @@ from durable_host.records import (
     OutgoingKind,
     RuntimeStatus,
 )
+from durable_host.ops import faults
 from durable_host.store.azure.attempts import EpisodeAttempts
 from durable_host.store.azure.codec import (
     ATTEMPTS_ROW,

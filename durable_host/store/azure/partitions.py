@@ -47,7 +47,7 @@ from azure.core.exceptions import (
 )
 from azure.storage.blob.aio import BlobLeaseClient
 
-from durable_host.ownership import Member, partition_of
+from durable_host.cluster.ownership import Member, partition_of
 from durable_host.store.azure.codec import instance_id_of
 from durable_host.store.azure.errors import AzureStoreError, is_transient
 from durable_host.store.azure.lease import LEASE_MARGIN, STANDBY_POLL, is_dead_process_here

@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from durable_host import faults
-from durable_host.records import TERMINAL, InstanceRecord, Query, QueryPage
+from durable_host.core.records import TERMINAL, InstanceRecord, Query, QueryPage
+from durable_host.ops import faults
 from durable_host.store import codec as store_codec
 from durable_host.store.azure.attempts import EpisodeAttempts
 from durable_host.store.azure.codec import (

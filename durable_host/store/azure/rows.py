@@ -13,7 +13,7 @@ from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError
 
-from durable_host.records import ActivityWork, InstanceRecord
+from durable_host.core.records import ActivityWork, InstanceRecord
 from durable_host.store.azure.codec import (
     Head,
     MessageIds,

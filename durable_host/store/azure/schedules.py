@@ -3,7 +3,7 @@
 (create with ``If-None-Match: *``, replace with the ETag read). Unfenced for the same
 reason: a compare-and-swap is safe between a host and its standby, and the claim of an
 occurrence is exactly such a swap. A lost response makes a retried claim report False; the
-claimer re-reads and recognises its own claim token (``durable_host/timer_triggers.py``).
+claimer re-reads and recognises its own claim token (``durable_host/triggers/timer.py``).
 """
 
 from __future__ import annotations

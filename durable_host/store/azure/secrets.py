@@ -6,7 +6,7 @@ read. The writes skip the ownership fence on purpose: they are compare-and-swaps
 between a host, its standby and the ``keys`` command (which opens the hub read-only), and
 a secret is no part of an instance's state that a stale owner could corrupt. A response
 lost after a write that applied makes the retried write report False; callers re-read and
-recognise their own value (``durable_host/keys.py``).
+recognise their own value (``durable_host/http/keys.py``).
 """
 
 from __future__ import annotations

@@ -41,10 +41,9 @@ from typing import Any
 
 from azure.core.exceptions import AzureError
 
-from durable_host import azurite
-from durable_host.membership import Membership
-from durable_host.ownership import DEFAULT_PARTITIONS, Member, partition_of
-from durable_host.records import (
+from durable_host.cluster.membership import Membership
+from durable_host.cluster.ownership import DEFAULT_PARTITIONS, Member, partition_of
+from durable_host.core.records import (
     ActivityWork,
     Completion,
     EntityCommit,
@@ -53,6 +52,8 @@ from durable_host.records import (
     Query,
     QueryPage,
 )
+from durable_host.core.versioning import MatchStrategy, Parking, VersionPolicy
+from durable_host.ops import azurite
 from durable_host.store.azure.attempts import EpisodeAttempts
 from durable_host.store.azure.codec import instance_id_of, item_id
 from durable_host.store.azure.commit import CommitProtocol
@@ -68,7 +69,6 @@ from durable_host.store.azure.schedules import HubSchedules
 from durable_host.store.azure.secrets import HubSecrets
 from durable_host.store.azure.tables import HubTables
 from durable_host.store.azure.work import WorkItems
-from durable_host.versioning import MatchStrategy, Parking, VersionPolicy
 from functions_connections import ConnectionSettingError, StorageConnection
 
 log = logging.getLogger("durable_host.store.azure")

@@ -40,8 +40,8 @@ from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
-from durable_host import faults
-from durable_host.records import ActivityWork
+from durable_host.core.records import ActivityWork
+from durable_host.ops import faults
 from durable_host.store.azure.codec import (
     item_id,
     partition_key,

@@ -1,4 +1,4 @@
-"""The whole hub's waiting work and its hosts, for the scale signal (``durable_host/scale.py``)
+"""The whole hub's waiting work and its hosts, for the scale signal (``durable_host/cluster/scale.py``)
 and ``next-wake``: per partition the visible messages, the activity work items nobody
 live claims, and the live hosts with the partitions each holds.
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable_host.ownership import partition_of
+from durable_host.cluster.ownership import partition_of
 from durable_host.store.postgres.database import Conn, Database
 from durable_host.store.postgres.partitions import HubPartitions
 

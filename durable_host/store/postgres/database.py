@@ -30,7 +30,7 @@ import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from durable_host import faults
+from durable_host.ops import faults
 from durable_host.store.base import StoreError, StoreLostError, UnitLostError
 from durable_host.store.postgres.settings import PostgresSettings, redact
 

@@ -16,8 +16,14 @@ from __future__ import annotations
 
 import copy
 
-from durable_host import faults
-from durable_host.records import ActivityWork, Completion, Episode, InstanceRecord, OutgoingKind
+from durable_host.core.records import (
+    ActivityWork,
+    Completion,
+    Episode,
+    InstanceRecord,
+    OutgoingKind,
+)
+from durable_host.ops import faults
 from durable_host.store.base import StoreError
 from durable_host.store.postgres import functions as fn
 from durable_host.store.postgres.database import Conn, Database, WorkGone

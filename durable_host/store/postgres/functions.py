@@ -32,7 +32,13 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from durable_host.records import Completion, Episode, InstanceRecord, OutgoingKind, RuntimeStatus
+from durable_host.core.records import (
+    Completion,
+    Episode,
+    InstanceRecord,
+    OutgoingKind,
+    RuntimeStatus,
+)
 from durable_host.store import codec
 from durable_host.store.codec import COLUMNS, instance_record
 

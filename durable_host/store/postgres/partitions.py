@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from durable_host.ownership import Member, partition_of
+from durable_host.cluster.ownership import Member, partition_of
 from durable_host.store.azure.lease import is_dead_process_here
 from durable_host.store.base import StoreError, UnitLostError
 from durable_host.store.postgres.database import Conn, Database

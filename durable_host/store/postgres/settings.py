@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from psycopg import conninfo as pg_conninfo
 
-from durable_host.membership import silence_setting
+from durable_host.cluster.membership import silence_setting
 
 SETTING = "DURABLE_HOST_POSTGRES"
 SCHEMA_PREFIX = "dh_"  # a hub's tables live in the schema dh_<hub, lower case>

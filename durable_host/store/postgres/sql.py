@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable_host.records import (
+from durable_host.core.records import (
     Completion,
     Query,
 )

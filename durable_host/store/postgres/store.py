@@ -31,10 +31,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from durable_host import history as h
-from durable_host.membership import Membership
-from durable_host.ownership import DEFAULT_PARTITIONS, Member
-from durable_host.records import (
+from durable_host.cluster.membership import Membership
+from durable_host.cluster.ownership import DEFAULT_PARTITIONS, Member
+from durable_host.core import history as h
+from durable_host.core.records import (
     ActivityWork,
     Completion,
     EntityCommit,

@@ -1,4 +1,4 @@
-"""Test app for per-kind failure handlers (``kernel/failures.py``, ``orchestrators/failures.py``).
+"""Test app for per-kind failure handlers (``kernel/turn/failures.py``, ``orchestrators/failures.py``).
 
 ``task`` runs the kind ``charge`` under a policy of three tries with the handler ``refund``.
 ``charge`` fails its first ``fail_times`` tries (counted per ``id`` in ``FAILURES_APP_MARKS``);
@@ -11,7 +11,7 @@ import os
 import azure.durable_functions as df
 import azure.functions as func
 
-from kernel.failures import FailurePolicy
+from kernel.turn.failures import FailurePolicy
 from orchestrators.failures import run_kind
 
 app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)

@@ -13,7 +13,7 @@ import azure.functions as func
 
 from activities import hand_over
 from entities import limiter
-from kernel import limits as kernel_limits
+from kernel.common import limits as kernel_limits
 from orchestrators import limits
 
 app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)

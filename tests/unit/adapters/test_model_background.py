@@ -18,8 +18,8 @@ from adapters.model_background import (
     responses_input,
     responses_tools,
 )
-from kernel import tools
-from kernel.model_io import ModelRequest, ToolCall
+from kernel.turn import tools
+from kernel.turn.model_io import ModelRequest, ToolCall
 
 
 def body(status: str, **extra: object) -> dict[str, object]:

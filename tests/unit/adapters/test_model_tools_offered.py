@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 
 from activities import model
-from kernel import tools
+from kernel.turn import tools
 
 
 async def _offered(monkeypatch: pytest.MonkeyPatch, allowed: list[str] | None) -> list[str]:

@@ -14,8 +14,8 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from durable_host import history as h
-from durable_host import orchestration as o
+from durable_host.core import history as h
+from durable_host.core import orchestration as o
 
 T0 = "2024-01-01T00:00:00.000000Z"
 

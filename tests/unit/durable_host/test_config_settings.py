@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_host import config
+from durable_host.functions import config
 
 
 def test_a_hub_name_reference_is_resolved_from_the_app_settings(tmp_path: Path) -> None:

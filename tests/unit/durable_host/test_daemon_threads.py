@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from durable_host import invocation
+from durable_host.functions import invocation
 
 
 def test_threads_are_reused_and_a_stuck_call_does_not_hold_the_next():

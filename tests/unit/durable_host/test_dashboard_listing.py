@@ -13,11 +13,11 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 
 from durable_host import dashboard
-from durable_host import history as h
-from durable_host.config import NON_RUNNING
+from durable_host.core import history as h
+from durable_host.core.records import InstanceRecord
 from durable_host.dashboard import listing
-from durable_host.records import InstanceRecord
-from durable_host.store.sqlite import SqliteStore
+from durable_host.functions.config import NON_RUNNING
+from durable_host.store.sqlite.store import SqliteStore
 
 AT = "2026-12-06T04:00:00.000000Z"
 

@@ -7,7 +7,7 @@ import json
 import azure.durable_functions as df
 import pytest
 
-from durable_host import entity, wire
+from durable_host.core import entity, wire
 
 T0 = "2024-01-01T00:00:00.000000Z"
 

@@ -12,8 +12,8 @@ from datetime import timedelta
 import azure.durable_functions as df
 import pytest
 
-from durable_host import history as h
-from durable_host.history import EventType as E
+from durable_host.core import history as h
+from durable_host.core.history import EventType as E
 from tests.unit.durable_host.driver import Driver, handle_of
 
 TS, TC, TF, TIMER, SUB, SENT = (

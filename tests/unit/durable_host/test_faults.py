@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_host import faults
+from durable_host.ops import faults
 
 ROOT = Path(__file__).resolve().parents[3]
 

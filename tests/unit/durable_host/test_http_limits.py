@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from durable_host.client import ClientError
-from durable_host.config import ConfigError
+from durable_host.engine.client import ClientError
+from durable_host.functions.config import ConfigError
 from durable_host.http.limits import Limits, check_json, json_depth
 
 

@@ -25,10 +25,11 @@ from typing import Any
 import azure.durable_functions as df
 import pytest
 
-from durable_host import orchestration as o
-from durable_host import replay, sdk_codec, sessions
-from durable_host.history import Event, EventType
-from durable_host.sessions import Session
+from durable_host.core import orchestration as o
+from durable_host.core import replay, sessions
+from durable_host.core.history import Event, EventType
+from durable_host.core.sessions import Session
+from durable_host.functions import sdk_codec
 from tests.replay.test_golden_histories import HANDLES, HISTORIES
 from tests.unit.durable_host.driver import Driver
 

@@ -13,13 +13,14 @@ import azure.durable_functions as df
 import azure.functions as func
 import pytest
 
-from durable_host import config as config_mod
-from durable_host import engine as engine_mod
-from durable_host import loader, replay
-from durable_host.client import DurableClient
-from durable_host.config import ConfigError
-from durable_host.engine import Engine
-from durable_host.store.sqlite import SqliteStore
+from durable_host.core import replay
+from durable_host.engine import loops as engine_mod
+from durable_host.engine.client import DurableClient
+from durable_host.engine.loops import Engine
+from durable_host.functions import config as config_mod
+from durable_host.functions import loader
+from durable_host.functions.config import ConfigError
+from durable_host.store.sqlite.store import SqliteStore
 
 app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
 THREADS: list[tuple[int, str]] = []  # (step, the thread whose episode first ran it)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable_host import invocation
-from durable_host.loader import FunctionInfo
+from durable_host.functions import invocation
+from durable_host.functions.loader import FunctionInfo
 
 TRIGGER = {"type": "activityTrigger", "direction": "IN", "name": "value"}
 CLIENT = {"type": "durableClient", "direction": "IN", "name": "client"}

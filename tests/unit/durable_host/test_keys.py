@@ -1,4 +1,4 @@
-"""The host's key ring (``durable_host/keys.py``) on an in-memory secret store."""
+"""The host's key ring (``durable_host/http/keys.py``) on an in-memory secret store."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from durable_host import keys as k
 from durable_host.http import auth
+from durable_host.http import keys as k
 
 
 class MemorySecrets:

@@ -49,14 +49,14 @@ CORE_FORBIDDEN = (
 )
 REPLAYED = ("orchestrators", "entities", "kernel")  # code that must never emit a span
 STORE_MAY_IMPORT = (
-    "durable_host.records",
-    "durable_host.faults",
-    "durable_host.history",
-    "durable_host.azurite",
-    "durable_host.logs",
-    "durable_host.ownership",
-    "durable_host.membership",
-    "durable_host.versioning",  # pure: which version may run an instance (partition handover)
+    "durable_host.core.records",
+    "durable_host.ops.faults",
+    "durable_host.core.history",
+    "durable_host.ops.azurite",
+    "durable_host.ops.logs",
+    "durable_host.cluster.ownership",
+    "durable_host.cluster.membership",
+    "durable_host.core.versioning",  # pure: which version may run an instance (partition handover)
     "durable_host.store",
 )
 KERNEL_FORBIDDEN = (
@@ -157,14 +157,18 @@ def _closure(name: str, modules: dict[str, Path]) -> set[str]:
 def test_the_import_scan_sees_absolute_relative_and_conditional_imports() -> None:
     modules = _host_modules()
 
-    engine = _imports(modules["durable_host.engine"])
-    closure = _closure("durable_host.orchestration", modules)
-    runtime = _imports(modules["durable_host.orchestration"], runtime_only=True)
+    engine = _imports(modules["durable_host.engine.loops"])
+    closure = _closure("durable_host.core.orchestration", modules)
+    runtime = _imports(modules["durable_host.core.orchestration"], runtime_only=True)
 
     assert "durable_host.store.base" in engine and "asyncio" in engine
-    assert {"durable_host.shim", "durable_host.records", "durable_host.wire"} <= closure
-    assert "durable_host.sessions" in _imports(modules["durable_host.orchestration"])
-    assert "durable_host.sessions" not in runtime
+    assert {
+        "durable_host.core.shim",
+        "durable_host.core.records",
+        "durable_host.core.wire",
+    } <= closure
+    assert "durable_host.core.sessions" in _imports(modules["durable_host.core.orchestration"])
+    assert "durable_host.core.sessions" not in runtime
 
 
 def test_the_host_never_imports_the_app() -> None:
@@ -234,7 +238,7 @@ def test_the_stores_import_no_core() -> None:
         and not _reaches(imported, STORE_MAY_IMPORT)
     ]
 
-    assert "durable_host.store.sqlite" in store_modules
+    assert "durable_host.store.sqlite.store" in store_modules
     assert violations == []
 
 
@@ -378,7 +382,7 @@ def test_every_room_has_fewer_than_max_lines() -> None:
     files = _python_files(ROOT)
 
     assert len(files) > 100  # the scan sees the repository, not an empty folder
-    assert {"durable_host/engine.py", "tests/unit/durable_host/test_layering.py"} <= {
+    assert {"durable_host/engine/loops.py", "tests/unit/durable_host/test_layering.py"} <= {
         str(p.relative_to(ROOT)) for p in files
     }
     assert _oversized(ROOT) == []
@@ -387,8 +391,10 @@ def test_every_room_has_fewer_than_max_lines() -> None:
 def test_the_house_has_no_import_circles() -> None:
     graph = _import_graph(ROOT)
 
-    assert "durable_host.episodes" in graph["durable_host.engine"]  # the scan sees edges
-    assert "kernel.tools" in graph["kernel.skills"]
+    assert (
+        "durable_host.engine.episodes" in graph["durable_host.engine.loops"]
+    )  # the scan sees edges
+    assert "kernel.turn.tools" in graph["kernel.skills.skill"]
     assert _circles(graph) == []
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from durable_host.membership import Membership
-from durable_host.ownership import Member
+from durable_host.cluster.membership import Membership
+from durable_host.cluster.ownership import Member
 
 
 class Hub:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from durable_host import ownership as o
+from durable_host.cluster import ownership as o
 
 UNITS = list(range(4))
 
@@ -24,7 +24,7 @@ def test_partition_is_stable_across_processes():
     ids = ["order-1", "@counter@c1", "é-unicode", ""]
     here = [o.partition_of(i, 16) for i in ids]
     code = (
-        "from durable_host.ownership import partition_of;"
+        "from durable_host.cluster.ownership import partition_of;"
         f"print([partition_of(i, 16) for i in {ids!r}])"
     )
     # A fresh interpreter has another string-hash salt: Python's hash() would differ.
@@ -109,7 +109,7 @@ def test_rounds_converge_to_a_fair_share_from_any_start():
 
 
 def test_host_json_partition_count_default_given_and_refused(tmp_path):
-    from durable_host import config
+    from durable_host.functions import config
 
     def parse(provider):
         data = {"extensions": {"durableTask": {"storageProvider": provider}}}

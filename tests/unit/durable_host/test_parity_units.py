@@ -15,15 +15,16 @@ import azure.durable_functions as df
 import azure.functions as func
 import pytest
 
-from durable_host import config as config_mod
-from durable_host import entity, loader, replay, sdk_codec
-from durable_host import history as h
-from durable_host import orchestration as o
-from durable_host.client import DurableClient, transform_history
-from durable_host.engine import Engine
-from durable_host.records import MessageKind
+from durable_host.core import entity, replay
+from durable_host.core import history as h
+from durable_host.core import orchestration as o
+from durable_host.core.records import MessageKind
+from durable_host.engine.client import DurableClient, transform_history
+from durable_host.engine.loops import Engine
+from durable_host.functions import config as config_mod
+from durable_host.functions import loader, sdk_codec
 from durable_host.store.base import CorruptHistoryError, InstanceRecord
-from durable_host.store.sqlite import SqliteStore
+from durable_host.store.sqlite.store import SqliteStore
 from tests.unit.durable_host.driver import Driver, handle_of
 
 T0 = "2026-01-01T00:00:00.000000Z"
@@ -507,7 +508,7 @@ async def _status(engine: Engine, instance_id: str, status: str):
 
 
 def test_log_records_name_their_instance_in_text_and_json():
-    from durable_host import logs
+    from durable_host.ops import logs
 
     record = logging.LogRecord("app", logging.INFO, __file__, 1, "step %d", (3,), None)
     token = logs.instance.set("order-17")

@@ -23,10 +23,10 @@ import pytest
 from azure.durable_functions.models.history.HistoryEventType import HistoryEventType
 from dateutil.parser import parse as dateutil_parse
 
-from durable_host import history as h
-from durable_host import orchestration as o
-from durable_host import replay
-from durable_host.sessions import Session
+from durable_host.core import history as h
+from durable_host.core import orchestration as o
+from durable_host.core import replay
+from durable_host.core.sessions import Session
 from tests.unit.durable_host.driver import Driver
 
 SEEN: list[Any] = []  # what orchestrator code observed, in order

@@ -12,9 +12,9 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from durable_host import history as h
-from durable_host import orchestration as o
-from durable_host.history import EventType as E
+from durable_host.core import history as h
+from durable_host.core import orchestration as o
+from durable_host.core.history import EventType as E
 from tests.unit.durable_host.driver import Driver as BaseDriver
 from tests.unit.durable_host.driver import handle_of
 

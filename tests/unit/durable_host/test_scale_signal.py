@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from durable_host import scale
+from durable_host.cluster import scale
 
 
 def test_orchestration_work_wants_at_most_one_host_per_partition():

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from azure.functions import _durable_functions as codec
 
-from durable_host import sdk_codec
+from durable_host.functions import sdk_codec
 
 # The submodules (the packages re-export classes under the same names).
 executor_module = importlib.import_module(

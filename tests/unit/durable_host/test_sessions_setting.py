@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from durable_host import config as config_mod
-from durable_host import loader, sessions
-from durable_host.config import ConfigError
-from durable_host.engine import Engine
-from durable_host.store.sqlite import SqliteStore
+from durable_host.core import sessions
+from durable_host.engine.loops import Engine
+from durable_host.functions import config as config_mod
+from durable_host.functions import loader
+from durable_host.functions.config import ConfigError
+from durable_host.store.sqlite.store import SqliteStore
 
 APP = Path(__file__).resolve().parents[2] / "apps" / "parity"
 

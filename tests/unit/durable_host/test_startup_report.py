@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from durable_host import local_settings, startup_report
-from durable_host.config import ConfigError
-from durable_host.loader import AppIndex, FunctionInfo
+from durable_host.functions import local_settings, startup_report
+from durable_host.functions.config import ConfigError
+from durable_host.functions.loader import AppIndex, FunctionInfo
 
 
 def fn(name: str, kind: str, *bindings: dict) -> FunctionInfo:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from durable_host.store.base import Store
-from durable_host.store.sqlite import SqliteStore
+from durable_host.store.sqlite.store import SqliteStore
 
 
 def _port_members() -> dict[str, Any]:

@@ -11,10 +11,10 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from durable_host import history as h
-from durable_host import telemetry, telemetry_setup
-from durable_host.config import ConfigError
-from durable_host.records import ActivityWork, Episode, MessageKind, Outgoing, OutgoingKind
+from durable_host.core import history as h
+from durable_host.core.records import ActivityWork, Episode, MessageKind, Outgoing, OutgoingKind
+from durable_host.functions.config import ConfigError
+from durable_host.ops import telemetry, telemetry_setup
 
 NOW = "2026-01-01T00:00:00.000000Z"
 CALLER = {

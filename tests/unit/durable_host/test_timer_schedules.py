@@ -10,10 +10,11 @@ from pathlib import Path
 import azure.functions as func
 import pytest
 
-from durable_host import history as h
-from durable_host import ncrontab, timer_triggers
-from durable_host.loader import index_functions
-from durable_host.store.sqlite import SqliteStore
+from durable_host.core import history as h
+from durable_host.functions.loader import index_functions
+from durable_host.store.sqlite.store import SqliteStore
+from durable_host.triggers import ncrontab
+from durable_host.triggers import timer as timer_triggers
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)  # a Thursday
 

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from durable_host import history as h
-from durable_host import orchestration, shim, versioning
-from durable_host.config import ConfigError, parse_host_json
-from durable_host.records import MessageKind, RuntimeStatus
-from durable_host.versioning import FailureStrategy, MatchStrategy, VersionPolicy
+from durable_host.core import history as h
+from durable_host.core import orchestration, shim, versioning
+from durable_host.core.records import MessageKind, RuntimeStatus
+from durable_host.core.versioning import FailureStrategy, MatchStrategy, VersionPolicy
+from durable_host.functions.config import ConfigError, parse_host_json
 
 T0 = "2024-01-01T00:00:00.000000Z"
 

@@ -9,7 +9,7 @@ import pytest
 from adapters.content_store import FileContentStore
 from entities import session as entity
 from entities import session_pages
-from kernel import pages
+from kernel.session import pages
 
 T0 = "2025-01-01T00:00:00Z"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from kernel.approval_tokens import TOKEN_PATTERN, matches, token_hash
+from kernel.turn.approval_tokens import TOKEN_PATTERN, matches, token_hash
 
 TASK = "sub-1:tool:2:0"
 TOKEN = "t" * 43

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernel import calculator
-from kernel.calculator import CalcError
+from kernel.turn import calculator
+from kernel.turn.calculator import CalcError
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernel import failures
-from kernel.errors import ValidationError
+from kernel.common.errors import ValidationError
+from kernel.turn import failures
 
 
 def test_delays_grow_and_stop_after_the_last_try() -> None:

@@ -2,8 +2,9 @@ from typing import Any
 
 import pytest
 
-from kernel import changes, session
-from kernel.errors import CursorExpiredError, ValidationError
+from kernel.common.errors import CursorExpiredError, ValidationError
+from kernel.session import changes
+from kernel.session import reducer as session
 
 T0 = "2025-01-01T00:00:00Z"
 

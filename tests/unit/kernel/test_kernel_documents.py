@@ -2,9 +2,9 @@ from typing import Any
 
 import pytest
 
-from kernel.content import content_ref
-from kernel.documents import DOCUMENT_TYPES, MAX_DOCUMENT_BYTES, validate_document
-from kernel.errors import ValidationError
+from kernel.common.content import content_ref
+from kernel.common.errors import ValidationError
+from kernel.session.documents import DOCUMENT_TYPES, MAX_DOCUMENT_BYTES, validate_document
 
 
 def plan(**overrides: Any) -> dict[str, Any]:

@@ -3,7 +3,7 @@ import pickle
 import pydantic
 import pytest
 
-from kernel.errors import (
+from kernel.common.errors import (
     ConflictError,
     CursorExpiredError,
     KernelError,

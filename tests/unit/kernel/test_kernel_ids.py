@@ -2,9 +2,9 @@ import uuid
 
 import pytest
 
-from kernel import ids
-from kernel.content import content_ref, is_content_ref, needs_reference
-from kernel.errors import ValidationError
+from kernel.common import ids
+from kernel.common.content import content_ref, is_content_ref, needs_reference
+from kernel.common.errors import ValidationError
 
 
 @pytest.mark.parametrize("value", ["a", "A-b_9", "x" * 64])

@@ -6,8 +6,10 @@ from typing import Any
 
 import pytest
 
-from kernel import ids, pages, session
-from kernel.errors import ConflictError, CursorExpiredError, NotFoundError, ValidationError
+from kernel.common import ids
+from kernel.common.errors import ConflictError, CursorExpiredError, NotFoundError, ValidationError
+from kernel.session import pages
+from kernel.session import reducer as session
 
 T0 = "2025-01-01T00:00:00Z"
 

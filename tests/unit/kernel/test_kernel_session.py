@@ -4,8 +4,9 @@ from typing import Any
 
 import pytest
 
-from kernel import ids, session
-from kernel.errors import KernelError, ValidationError
+from kernel.common import ids
+from kernel.common.errors import KernelError, ValidationError
+from kernel.session import reducer as session
 
 T0 = "2025-01-01T00:00:00Z"
 T1 = "2025-01-01T00:00:01Z"

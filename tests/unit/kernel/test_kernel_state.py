@@ -4,9 +4,10 @@ from typing import Any
 
 import pytest
 
-from kernel import ids, session
-from kernel.errors import ConflictError, CursorExpiredError, NotFoundError, ValidationError
-from kernel.state import SCHEMA_VERSION, decode_entity_state, validate_timestamp
+from kernel.common import ids
+from kernel.common.errors import ConflictError, CursorExpiredError, NotFoundError, ValidationError
+from kernel.session import reducer as session
+from kernel.session.state import SCHEMA_VERSION, decode_entity_state, validate_timestamp
 
 T0 = "2025-01-01T00:00:00Z"
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from typing import get_args
 
-from kernel.failures import TIERS
-from kernel.statuses import (
+from kernel.common.statuses import (
     FINAL_SUBMISSION_STATUSES,
     TERMINAL_TASK_STATUSES,
     FinalStatusValue,
@@ -15,6 +14,7 @@ from kernel.statuses import (
     TaskStatusValue,
     TierValue,
 )
+from kernel.turn.failures import TIERS
 
 
 def test_the_request_literals_hold_the_same_values_as_the_enums():

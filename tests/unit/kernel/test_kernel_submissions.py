@@ -3,9 +3,11 @@ from typing import Any
 
 import pytest
 
-from kernel import ids, session, submissions
-from kernel.content import content_ref
-from kernel.errors import ConflictError, KernelError, NotFoundError, ValidationError
+from kernel.common import ids
+from kernel.common.content import content_ref
+from kernel.common.errors import ConflictError, KernelError, NotFoundError, ValidationError
+from kernel.session import reducer as session
+from kernel.session import submissions
 
 T0 = "2025-01-01T00:00:00Z"
 T1 = "2025-01-01T00:00:01Z"

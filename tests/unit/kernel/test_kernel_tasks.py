@@ -3,9 +3,9 @@ from typing import Any
 
 import pytest
 
-from kernel import session
-from kernel.errors import ConflictError, KernelError, NotFoundError, ValidationError
-from kernel.tasks import can_transition
+from kernel.common.errors import ConflictError, KernelError, NotFoundError, ValidationError
+from kernel.session import reducer as session
+from kernel.session.tasks import can_transition
 
 T0 = "2025-01-01T00:00:00Z"
 T1 = "2025-01-01T00:00:01Z"

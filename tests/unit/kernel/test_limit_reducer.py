@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from kernel import limits
-from kernel.errors import ValidationError
+from kernel.common import limits
+from kernel.common.errors import ValidationError
 
 
 def ask(state: dict[str, Any], holder: str, now: float, first: bool = True, **decl: Any):
@@ -116,7 +116,7 @@ def test_a_key_is_filled_from_the_call() -> None:
 
 
 def test_every_declared_tool_limit_is_valid() -> None:
-    from kernel.tools import TOOLS
+    from kernel.turn.tools import TOOLS
 
     for spec in TOOLS.values():
         if spec.concurrency is not None:

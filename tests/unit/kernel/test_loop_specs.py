@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 import pytest
 
 import functions_schedules
-from durable_host import ncrontab
-from kernel import cron, loops
-from kernel.errors import ValidationError
+from durable_host.triggers import ncrontab
+from kernel.common.errors import ValidationError
+from kernel.loops import cron
+from kernel.loops import loop as loops
 
 NOW = datetime(2026, 1, 1, 8, 0, 1, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from kernel.model_io import (
+from kernel.turn.model_io import (
     ModelFailure,
     ModelIOError,
     ModelRequest,

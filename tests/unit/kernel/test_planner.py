@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from kernel import planner, tools
-from kernel.model_io import JsonObject, ModelResponse, ToolCall
+from kernel.turn import planner, tools
+from kernel.turn.model_io import JsonObject, ModelResponse, ToolCall
 
 Entry = dict[str, object]
 
@@ -268,7 +268,7 @@ def test_usage_is_a_word_based_estimate() -> None:
 
 
 def test_partly_failed_notices_still_list_every_recipient():
-    from kernel import planner
+    from kernel.turn import planner
 
     user = {
         "n": 1,

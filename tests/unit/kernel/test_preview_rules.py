@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from kernel import ids
-from kernel import previews as rules
-from kernel.errors import ValidationError
+from kernel.common import ids
+from kernel.common.errors import ValidationError
+from kernel.session import previews as rules
 
 SESSION = "s1"
 SUB = ids.submission_id(SESSION, "r1")

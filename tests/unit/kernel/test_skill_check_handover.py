@@ -1,4 +1,4 @@
-"""``register_skill`` checks its skill through the validator ``kernel.skills`` hands to the
+"""``register_skill`` checks its skill through the validator ``kernel.skills.skill`` hands to the
 catalogue on import (the catalogue cannot import skills: skills imports it). Without it the
 tool refuses every call instead of accepting a skill nobody checked."""
 
@@ -36,7 +36,7 @@ def _validate_in_a_fresh_process(*modules: str) -> list[object]:
 
 
 def test_register_skill_accepts_a_valid_skill_once_skills_is_loaded() -> None:
-    ok, args = _validate_in_a_fresh_process("kernel.skills")
+    ok, args = _validate_in_a_fresh_process("kernel.skills.skill")
 
     assert ok is True
     assert args == {"skill": SKILL}
@@ -49,4 +49,4 @@ def test_register_skill_refuses_every_call_while_skills_is_not_loaded() -> None:
     assert isinstance(error, dict)
     assert error["kind"] == "invalid_arguments"
     assert error["field"] == "skill"
-    assert "kernel.skills is not loaded" in error["message"]
+    assert "kernel.skills.skill is not loaded" in error["message"]

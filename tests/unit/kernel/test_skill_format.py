@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from adapters.skill_store import FileSkillStore, register
-from kernel import skills, tools
+from kernel.skills import skill as skills
+from kernel.turn import tools
 
 
 def tool(step_id: str, name: str = "calculator", **arguments: Any) -> dict[str, Any]:

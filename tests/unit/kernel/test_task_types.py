@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from kernel import task_types as tt
-from kernel.documents import DOCUMENT_ID_PATTERN, validate_document
-from kernel.errors import ValidationError
+from kernel.common.errors import ValidationError
+from kernel.session import task_types as tt
+from kernel.session.documents import DOCUMENT_ID_PATTERN, validate_document
 
 
 def notices(**changes: Any) -> dict[str, Any]:

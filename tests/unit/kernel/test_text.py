@@ -1,4 +1,4 @@
-"""kernel.text: lone surrogates are found, refused with the field named, or scrubbed."""
+"""kernel.common.text: lone surrogates are found, refused with the field named, or scrubbed."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 
 from api import inputs
-from kernel.errors import ValidationError
-from kernel.text import lone_surrogate, require_unicode, scrub
+from kernel.common.errors import ValidationError
+from kernel.common.text import lone_surrogate, require_unicode, scrub
 
 
 def test_lone_surrogates_are_found_and_pairs_are_not() -> None:

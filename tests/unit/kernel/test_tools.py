@@ -7,8 +7,8 @@ from typing import Any, cast
 
 import pytest
 
-from kernel import tools
-from kernel.tools import ToolError, ToolSpec
+from kernel.turn import tools
+from kernel.turn.tools import ToolError, ToolSpec
 
 NOTICE = {"recipients": ["a@x.com", "b@y.com"], "subject": "Q3", "body": "Hello."}
 

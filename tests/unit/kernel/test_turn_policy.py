@@ -6,9 +6,8 @@ from typing import cast
 
 import pytest
 
-from kernel.model_io import ModelFailure, ModelResponse, ModelSuccess, ToolCall
-from kernel.tools import ToolPolicy
-from kernel.turn_policy import (
+from kernel.turn.model_io import ModelFailure, ModelResponse, ModelSuccess, ToolCall
+from kernel.turn.policy import (
     AttemptState,
     TurnLimits,
     TurnSettingsError,
@@ -16,6 +15,7 @@ from kernel.turn_policy import (
     next_retry_delay,
     replay_decision,
 )
+from kernel.turn.tools import ToolPolicy
 
 LIMITS = TurnLimits(
     max_rounds=3,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from kernel import versions
+from kernel.common import versions
 
 
 @pytest.mark.parametrize(

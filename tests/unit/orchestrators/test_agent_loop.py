@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable_host import history as h
+from durable_host.core import history as h
 from orchestrators import agent_loop
 from tests.unit.durable_host.driver import Driver
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernel.turn_policy import TurnLimits
+from kernel.turn.policy import TurnLimits
 from orchestrators.model_wait import PollSchedule, next_wait, poll_delay
 
 
