@@ -8,7 +8,8 @@ after a warm-up round) on a fresh host on SQLite (default configuration), in a n
 per repetition, in the order A B B A A B ... so that a drift of the machine's load over the
 run weighs on both sides alike. Each checkout runs its own ``bench/`` and ``durable_host/``.
 
-Usage: ``python bench/compare_trees.py BEFORE_DIR AFTER_DIR [--reps 3] [--out FILE]``
+Usage: ``python bench/compare_trees.py BEFORE_DIR AFTER_DIR [--reps 3] [--out FILE]
+[--store postgres]`` (``--store postgres``: both sides' hosts on one PostgreSQL server)
 (``git worktree add`` or ``git archive`` gives a checkout of the commit before). Prints
 medians per side and the ratios after / before; writes every run to ``--out``.
 """
@@ -17,21 +18,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 # One repetition in the checkout it is run in (its working directory): one JSON line.
 ONE_ROUND = """
-import json, shutil, sys, tempfile
+import json, os, shutil, sys, tempfile, uuid
 from pathlib import Path
 sys.path.insert(0, str(Path.cwd()))
 from bench import run
 from durable_host.testing import HostProcess
 tmp = Path(tempfile.mkdtemp(prefix="compare-trees-"))
-host = HostProcess(run.ROOT / "bench" / "app", f"sqlite:{tmp / 'hub'}.db", env={})
+if os.environ.get("DURABLE_HOST_POSTGRES"):  # --store postgres: a hub of its own
+    hub = {"DURABLE_HOST_HUB": "Cmp" + uuid.uuid4().hex[:8]}
+    host = HostProcess(run.ROOT / "bench" / "app", "postgres", env=hub)
+    host.log_path = tmp / "host.log"
+else:
+    host = HostProcess(run.ROOT / "bench" / "app", f"sqlite:{tmp / 'hub'}.db", env={})
 try:
     host.start()
     run.host_round(host, run.QUICK)
@@ -43,10 +51,11 @@ print(json.dumps(out))
 """
 
 
-def one_round(tree: Path, timeout: float) -> dict[str, float]:
+def one_round(tree: Path, timeout: float, env: dict[str, str] | None = None) -> dict[str, float]:
     done = subprocess.run(
         [sys.executable, "-c", ONE_ROUND],
         cwd=tree,
+        env=env,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -68,13 +77,31 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3, help="repetitions per side")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per repetition")
     parser.add_argument("--out", type=Path, default=Path("compare-trees.json"))
+    parser.add_argument(
+        "--store",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="postgres: both on one PostgreSQL server (DURABLE_HOST_POSTGRES, else a private"
+        " one started here), a hub of its own per repetition",
+    )
     args = parser.parse_args()
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
-    for side in order(args.reps):
-        print(f"{side} ({len(runs[side]) + 1}/{args.reps}) ...", flush=True)
-        runs[side].append(one_round(trees[side], args.timeout))
-        args.out.write_text(json.dumps(runs, indent=2))  # a run cut short keeps its rounds
+    env, server = None, None
+    if args.store == "postgres":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from bench import postgres_bench
+
+        url, server = postgres_bench.server_url(Path(tempfile.mkdtemp(prefix="compare-trees-")))
+        env = {**os.environ, "DURABLE_HOST_POSTGRES": url}
+    try:
+        for side in order(args.reps):
+            print(f"{side} ({len(runs[side]) + 1}/{args.reps}) ...", flush=True)
+            runs[side].append(one_round(trees[side], args.timeout, env))
+            args.out.write_text(json.dumps(runs, indent=2))  # a run cut short keeps its rounds
+    finally:
+        if server is not None:
+            server.stop()
     medians: dict[str, dict[str, float]] = {
         side: {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
         for side, rounds in runs.items()

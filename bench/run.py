@@ -30,7 +30,10 @@ of the repetitions, and ours / DBOS ratios of the medians. Results go to a JSON 
 
 Usage: ``python bench/run.py [--quick] [--reps 3] [--out bench-results.json]``;
 ``--store postgres``: the host on PostgreSQL against DBOS on the same PostgreSQL server
-instead (``bench/postgres_bench.py``).
+instead (``bench/postgres_bench.py``); ``--stores sqlite,postgres,azure``: the host on each
+of those stores beside DBOS on SQLite (WAL) and DBOS on PostgreSQL, interleaved, with the
+floors and the ratios (``bench/all_stores.py``; ``--smoke``: tiny sizes, the test suite's
+run, with ``--no-dbos``).
 """
 
 from __future__ import annotations
@@ -91,8 +94,11 @@ def span(times: tuple[float, float]) -> float:
 # --- the host -----------------------------------------------------------------------------
 
 
-def host_round(host: HostProcess, size: dict[str, Any]) -> dict[str, float]:
-    """One repetition of every workload on a running host; seconds or milliseconds."""
+def host_round(
+    host: HostProcess, size: dict[str, Any], *, latencies: bool = True
+) -> dict[str, float]:
+    """One repetition of every workload on a running host; seconds or milliseconds
+    (``latencies``: False leaves out the external event, the timer and the entity calls)."""
     out: dict[str, float] = {}
     trips = host_bench.metrics(host).get("store_round_trips")  # counted by network stores
     chain = host.start_orchestration("chain", {"steps": size["chain"]})
@@ -109,6 +115,8 @@ def host_round(host: HostProcess, size: dict[str, Any]) -> dict[str, float]:
     all_finished(host, prefix)
     last = max(completed(host, i)[1] for i in ids)
     out["many_x5_s"] = last - started
+    if not latencies:
+        return out
     waiter = host.start_orchestration("waiter")
     wait_for(lambda: (host.status(waiter) or {}).get("runtimeStatus") == "Running", 30, "waiter")
     time.sleep(0.2)  # let it park: the latency measured is a cold wake-up
@@ -301,6 +309,19 @@ def main() -> int:
         help="postgres: only the host on PostgreSQL against DBOS on the same server;"
         " postgres-pipeline: the host on PostgreSQL with and without pipeline mode",
     )
+    parser.add_argument(
+        "--stores",
+        default=None,
+        help="sqlite,postgres,azure (any of them): the host on each store beside DBOS on SQLite"
+        " (WAL) and on PostgreSQL, interleaved (bench/all_stores.py)",
+    )
+    parser.add_argument("--no-dbos", action="store_true", help="with --stores: the host alone")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="with --stores: tiny sizes, one repetition (the test suite's check that the"
+        " script runs)",
+    )
     args = parser.parse_args()
     size = QUICK if args.quick else FULL
     reps = args.reps or (1 if args.quick else 3)
@@ -311,6 +332,8 @@ def main() -> int:
         tmp = Path(tempfile.mkdtemp(prefix="bench-run-"))
         postgres_bench.run_pipeline_ab(tmp, size, reps, Path(args.out), ROOT, host_round)
         return 0
+    if args.stores is not None:
+        return all_stores_run(args, size, reps)
     if args.store == "postgres":
         from bench import postgres_bench
 
@@ -389,6 +412,34 @@ def main() -> int:
     results["ratios"] = ratios(results["workloads"])
     Path(args.out).write_text(json.dumps(results, indent=2))
     report(results)
+    return 0
+
+
+def all_stores_run(args: argparse.Namespace, size: dict[str, Any], reps: int) -> int:
+    from bench import all_stores
+
+    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+    unknown = sorted(set(stores) - {"sqlite", "postgres", "azure"})
+    if unknown or not stores:
+        raise SystemExit(f"--stores: unknown store(s) {unknown}: choose from sqlite,postgres,azure")
+    if args.smoke:
+        size, reps = {**QUICK, **all_stores.SMOKE}, 1
+    python = None if args.no_dbos else bench_python()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    tmp = Path(tempfile.mkdtemp(prefix="bench-run-"))
+    all_stores.run(
+        stores,
+        python,
+        tmp,
+        size,
+        reps,
+        Path(args.out),
+        ROOT,
+        host_round,
+        dbos_workloads,
+        loopback_ms,
+        host_bench.sqlite_commit_ms,
+    )
     return 0
 
 

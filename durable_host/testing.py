@@ -53,9 +53,9 @@ class HostProcess:
     python: str | None = None  # the interpreter (default: this one); needs the app's packages
 
     def __post_init__(self) -> None:
-        # Each host object on Azure gets a task hub of its own (restarts keep it), so hosts of
-        # different tests never wait for each other's hub lease.
-        if self.store == "azure":
+        # Each host object on Azure or PostgreSQL gets a task hub of its own (restarts keep
+        # it), so hosts of different tests never wait for each other's partitions.
+        if self.store == "azure" or self.store.split(":", 1)[0] == "postgres":
             self.env.setdefault("DURABLE_HOST_HUB", "T" + uuid.uuid4().hex[:16])
 
     def default_log_path(self) -> Path:

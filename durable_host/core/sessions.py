@@ -178,6 +178,11 @@ class Session:
             and code_stamp(fn) == self._stamp
         )
 
+    def continues(self, handle: Callable[[str], str], key: str, history: list[Event]) -> bool:
+        """True if the next episode over ``history`` is most likely continued: it can
+        continue and no full replay is due (its work is the new events', not the history's)."""
+        return self.can_continue(handle, key, history) and not self.check_due(history)
+
     def check_due(self, history: list[Event]) -> bool:
         """True if this episode, which could continue, replays in full (module doc)."""
         if self.verify_every == VERIFY_DOUBLING:

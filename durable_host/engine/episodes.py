@@ -95,6 +95,7 @@ class Episodes(Attempts):
         super().__init__()
         # Activity results handed over by the runner, for the instance's next episode.
         self._results: dict[str, list[Result]] = {}
+        self._delivered: dict[str, float] = {}  # when an instance's first result came
         # Orchestrator functions an episode of which failed on the loop and not in a thread.
         self._needs_thread: set[Callable[..., Any]] = set()
 
@@ -109,7 +110,10 @@ class Episodes(Attempts):
         """
         if self._stopping or not self.step_commits:
             return False
-        self._results.setdefault(work.instance_id, []).append((work, message))
+        pending = self._results.setdefault(work.instance_id, [])
+        if not pending:
+            self._delivered[work.instance_id] = time.perf_counter()
+        pending.append((work, message))
         self._ready_up(work.instance_id)
         return True
 
@@ -126,6 +130,9 @@ class Episodes(Attempts):
 
     def _take_results(self, instance_id: str) -> list[Result]:
         pending = self._results.pop(instance_id, None)
+        delivered = self._delivered.pop(instance_id, None)
+        if delivered is not None:  # from the first result's hand-over to its episode
+            self.timings["wake"].append(time.perf_counter() - delivered)
         if not pending:
             return []
         limit = max(1, self.store.max_step_completions)
@@ -199,19 +206,29 @@ class Episodes(Attempts):
         self,
         decide: Callable[[], orchestration.Episode],
         handle: Any,
-        history_length: int,
+        view: orchestration.InstanceView,
         session: Session | None,
     ) -> orchestration.Episode:
-        """Run ``decide`` on the event loop when the history is short and the orchestrator a
-        generator function, else in a worker thread (docs/architecture.md, "Short episodes
-        on the loop"). An episode that fails on the loop is decided again in a thread:
+        """Run ``decide`` on the event loop when the orchestrator is a generator function and
+        the history is short or its live session continues (the episode's work is then
+        that of its new events), else in a worker thread (docs/architecture.md, "Short
+        episodes on the loop"). An episode that fails on the loop is decided again in a thread:
         code that needs a thread's view of asyncio (a loop of its own, ``run_until_complete``)
         fails on the loop, and must get the answer the Python worker's thread gives; when
         the thread's answer is not a failure, that function's later episodes go to a thread
         straight away (``_needs_thread``: a set of the app's functions, bounded by it)."""
         fn = getattr(handle, "orchestrator_function", None)
+        history = view.history
         if (
-            history_length >= self.inline_events
+            (
+                len(history) >= self.inline_events
+                # A session that continues does the new events' work, not the history's.
+                and not (
+                    self.inline_events > 0
+                    and session is not None
+                    and session.continues(handle, view.execution_id or "", history)
+                )
+            )
             or not inspect.isgeneratorfunction(fn)
             or fn in self._needs_thread
         ):
@@ -278,7 +295,7 @@ class Episodes(Attempts):
             history_text=text,
             default_version=self.config.versioning.default_version,
         )
-        episode = await self._decide(decide, handle, len(history), session)
+        episode = await self._decide(decide, handle, view, session)
         replayed = time.perf_counter()
         if not episode.consumed:
             return False  # everything is held (suspended): nothing to commit

@@ -135,7 +135,15 @@ class Engine(Episodes):
         # Recent durations (seconds) for /admin/host/metrics and bench/: bounded memory.
         self.timings: dict[str, deque[float]] = {
             name: deque(maxlen=10_000)
-            for name in ("attempt", "load", "replay", "commit", "episode", "entity_batch")
+            for name in (
+                "attempt",
+                "load",
+                "replay",
+                "commit",
+                "episode",
+                "entity_batch",
+                "wake",
+            )
         }
 
     # --- lifecycle ----------------------------------------------------------------

@@ -9,11 +9,22 @@ from typing import Any
 
 import pytest
 
-from durable_host.core.records import EntityCommit
+from durable_host.core.records import Completion, EntityCommit, Episode
+from durable_host.functions.config import NON_RUNNING
 from durable_host.store.base import StoreError, UnitLostError
 from durable_host.store.postgres import PostgresStore, from_spec
+from durable_host.store.postgres.episodes import StaleRecordError
 from durable_host.store.postgres.partitions import PartitionCountError
 from durable_host.store.postgres.settings import PostgresSettingsError, describe, redact
+from tests.store.contract_support import (
+    T0,
+    activity,
+    at,
+    event,
+    record,
+    start_message,
+    started,
+)
 
 
 def test_settings_come_from_the_spec_or_the_setting_and_name_no_password() -> None:
@@ -194,3 +205,78 @@ def test_a_notify_from_another_writer_wakes_the_poll_at_once(postgres_url: str) 
             await owner.close()
 
     asyncio.run(main())
+
+
+def test_a_step_is_three_round_trips_and_its_next_record_is_kept(postgres_url: str) -> None:
+    """BEGIN, one call of the episode function, COMMIT; the next episode's record is the row
+    the commit left (no read) while the listener listens. A start is three too."""
+    hub = "R" + uuid.uuid4().hex[:10]
+
+    async def main() -> None:
+        store = store_for(postgres_url, hub)
+        await store.open()
+        try:
+            await store.poll()  # the first poll starts listening
+            quiet(store)
+            before = store.round_trips
+            first = await store.create_instance(
+                record("s"), start_message(), NON_RUNNING, count_first=True
+            )
+            assert first is not None and store.round_trips - before == 3  # a start, too
+            assert (await store.episode_record("s")).status == "Pending"  # type: ignore[union-attr]
+            assert store.round_trips - before == 3
+            await started(store, "a")
+            [work] = await store.commit_episode("a", Episode(outbox=[activity("a", 0)]), T0)
+            for step in range(1, 4):
+                before = store.round_trips
+                kept = await store.episode_record("a")
+                assert kept is not None and kept.status == "Running"
+                completion = Completion(work.work_id, {"kind": "event"}, consumed=True)
+                episode = Episode(events=[event(step)], outbox=[activity("a", step)])
+                now = at(step)
+                [work] = await store.commit_step("a", [completion], episode, now)
+                assert store.round_trips - before == 3
+                assert (await store.episode_record("a")).updated_at == now  # type: ignore[union-attr]
+            assert [e["EventId"] for e in await store.get_history("a")][-3:] == [1, 2, 3]
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_a_row_written_by_another_process_fails_the_episode_decided_on_the_old_one(
+    postgres_url: str,
+) -> None:
+    hub = "S" + uuid.uuid4().hex[:10]
+
+    async def main() -> None:
+        store = store_for(postgres_url, hub)
+        await store.open()
+        try:
+            await store.poll()
+            await started(store, "a")
+            assert (await store.episode_record("a")) is not None
+            # Another process rewrites the row (as a rewind or a restart of the id would).
+            conn = await store.db.connect()
+            await conn.execute("UPDATE instances SET updated_at = %s", (at(9),))
+            await conn.close()
+            with pytest.raises(StaleRecordError, match="changed since the episode read it"):
+                await store.commit_episode("a", Episode(events=[event(1)]), at(1))
+            assert len(await store.get_history("a")) == 1  # nothing applied
+            record = await store.episode_record("a")  # read again: the kept row was dropped
+            assert record is not None and record.updated_at == at(9)
+            await store.commit_episode("a", Episode(events=[event(1)]), at(10))
+            assert len(await store.get_history("a")) == 2
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def quiet(store: PostgresStore) -> None:
+    """Stop the membership's background rounds (their heartbeats are round trips too); the
+    partitions stay held for the lease's 15 s."""
+    assert store.membership is not None
+    for task in (store.membership._task, store.membership._beats):
+        assert task is not None
+        task.cancel()

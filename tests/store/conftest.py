@@ -39,16 +39,15 @@ def open_kind(
 
 def fail_postgres_commit(patch: pytest.MonkeyPatch) -> None:
     """Make the next PostgreSQL commit fail inside its transaction, after history, status and
-    the outbox were written."""
-    from durable_host.store.postgres import sql
+    the outbox were written (the episode function has run; its COMMIT is next)."""
+    from durable_host.store.postgres import functions
 
-    original = sql.write_outbox
+    class WrittenThenFail(functions.EpisodeOutcome):
+        def __init__(self, row: Any) -> None:
+            super().__init__(row)
+            raise RuntimeError("injected failure before the commit")
 
-    async def write_then_fail(db: Any, conn: Any, episode: Any) -> Any:
-        await original(db, conn, episode)
-        raise RuntimeError("injected failure before the commit")
-
-    patch.setattr(sql, "write_outbox", write_then_fail)
+    patch.setattr(functions, "EpisodeOutcome", WrittenThenFail)
 
 
 @pytest.fixture(params=["sqlite", "azure", "postgres"])

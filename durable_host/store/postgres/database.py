@@ -15,7 +15,7 @@ applies once - unless the server restarted meanwhile, when the answer is unknown
 retries the work later and never counts it towards poison). Every message that leaves
 passes through ``settings.redact``: the password is never in it.
 
-``round_trips`` counts the statements and COMMITs sent.
+``round_trips`` counts the round trips: statements, BEGINs and COMMITs sent.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import asyncio
 import logging
 import random
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from typing import Any, Protocol, TypeVar
@@ -89,6 +90,7 @@ class Database:
         self.lost: StoreLostError | None = None
         self.on_lost: Callable[[str], None] | None = None
         self.pool: AsyncConnectionPool[Conn] | None = None
+        self._started: weakref.WeakKeyDictionary[Conn, str] = weakref.WeakKeyDictionary()
 
     async def connect(self) -> Conn:
         """A connection of its own (migrations, LISTEN), set up as the pool's are."""
@@ -102,6 +104,12 @@ class Database:
     async def _configure(self, conn: Conn) -> None:
         schema = sql.Identifier(self.settings.schema)
         await conn.execute(sql.SQL("SET search_path TO {}").format(schema))
+        # The start time of the server this connection talks to, for a folded call's
+        # transaction id (``_committed``): a restarted server ends every connection, so a
+        # connection's value is always its own server's.
+        cur = await conn.execute("SELECT pg_postmaster_start_time()::text")
+        row = await cur.fetchone()
+        self._started[conn] = str(row[0]) if row else ""
         # What the server does with a session whose host is cut off: a transaction left
         # open ends after idle_in_transaction_session_timeout (its row locks - a partition's
         # fence, a heartbeat - go with it, so a takeover never waits for the cut to heal),
@@ -176,14 +184,30 @@ class Database:
         ``store.before_commit`` of crash tests fires before its COMMIT."""
         return await self._retrying(operation, body, transaction=True, fence=fence, fault=fault)
 
+    async def call(
+        self,
+        operation: str,
+        body: Callable[[Conn, tuple[int, int] | None], Awaitable[tuple[int | None, T]]],
+        *,
+        fence: str | None = None,
+    ) -> T:
+        """``write`` for a body that is one call of a server-side function (``functions``):
+        the call takes the fence (the partition and epoch, None unfenced) and answers the
+        transaction id with its result (None for the id: the partition is lost), so the
+        transaction is three round trips: BEGIN, the call, COMMIT."""
+        return await self._retrying(
+            operation, body, transaction=True, fence=fence, fault=True, folded=True
+        )
+
     async def _retrying(
         self,
         operation: str,
-        body: Callable[[Conn], Awaitable[T]],
+        body: Callable[..., Awaitable[Any]],
         *,
         transaction: bool,
         fence: str | None = None,
         fault: bool = False,
+        folded: bool = False,
     ) -> T:
         if self.lost is not None:
             raise self.lost
@@ -193,7 +217,7 @@ class Database:
         while True:
             try:
                 if transaction:
-                    return await self._transaction(operation, body, fence, fault)
+                    return await self._transaction(operation, body, fence, fault, folded)
                 async with self.pool.connection() as conn:
                     return await body(conn)
             except _Retry as retry:
@@ -228,7 +252,12 @@ class Database:
             delay = min(delay * 2, BACKOFF_MAX)
 
     async def _transaction(
-        self, operation: str, body: Callable[[Conn], Awaitable[T]], fence: str | None, fault: bool
+        self,
+        operation: str,
+        body: Callable[..., Awaitable[Any]],
+        fence: str | None,
+        fault: bool,
+        folded: bool = False,
     ) -> T:
         assert self.pool is not None
         xid: tuple[int, str] | None = None  # the transaction's id, and its server's start time
@@ -245,12 +274,18 @@ class Database:
         try:
             async with self.pool.connection() as conn:
                 pipelined = conn.pipeline() if self.settings.pipeline else nullcontext()
+                self.round_trips += 1  # BEGIN: a round trip of its own
                 async with pipelined, conn.transaction():
-                    # Sent first (the partition's row is locked before anything is
-                    # written), read once the body's statements are on their way.
-                    first = await self._fence(conn, unit_epoch)
-                    result = await body(conn)
-                    xid = await self._fenced(first, unit_epoch)
+                    if folded:  # the fence and the transaction id come with the body's call
+                        self.round_trips += 1
+                        number, result = await body(conn, unit_epoch)
+                        xid = (self._held(number, unit_epoch), self._started[conn])
+                    else:
+                        # Sent first (the partition's row is locked before anything is
+                        # written), read once the body's statements are on their way.
+                        first = await self._fence(conn, unit_epoch)
+                        result = await body(conn)
+                        xid = await self._fenced(first, unit_epoch)
                     if fault:
                         faults.hit("store.before_commit")
                     committing = True
@@ -290,14 +325,20 @@ class Database:
         """The transaction id and the server's start time, or ``UnitLostError`` when
         another host took the partition."""
         row = await fence.fetchone()
-        if row is None:
+        number = self._held(None if row is None else int(row[0]), unit_epoch)
+        assert row is not None
+        return number, str(row[1])
+
+    def _held(self, xid: int | None, unit_epoch: tuple[int, int] | None) -> int:
+        """``xid``, or ``UnitLostError`` when there is none: another host took the partition."""
+        if xid is None:
             assert unit_epoch is not None
             unit, epoch = unit_epoch
             why = f"another host took it over (this host's epoch was {epoch})"
             if self.fencer is not None:
                 self.fencer.lose(unit, why)
             raise UnitLostError(f"partition {unit}: {why}")
-        return int(row[0]), str(row[1])
+        return xid
 
     async def _committed(self, xid: tuple[int, str]) -> bool:
         """Did transaction ``xid`` (its id, its server's start time) commit? Asked on a new

@@ -32,6 +32,12 @@ class Listener:
         self._conn: Conn | None = None
         self._retry_at = 0.0
         self._delay = 0.5
+        self.epoch = 0  # counts the listening connections opened: notes between two are lost
+
+    @property
+    def listening(self) -> bool:
+        """Whether notifications are being received (a connection is open)."""
+        return self._conn is not None and not self._conn.closed
 
     def payload(self, instance_id: str) -> str:
         return f"{self.writer} {instance_id}"
@@ -53,6 +59,7 @@ class Listener:
             return None
         self._delay = 0.5
         self._conn = conn
+        self.epoch += 1
         return conn
 
     async def wait(self, timeout: float) -> list[str]:

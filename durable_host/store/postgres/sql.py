@@ -6,17 +6,10 @@ Multi-row writes are one statement each (``unnest``), whatever the number of row
 
 from __future__ import annotations
 
-from typing import Any
-
 from durable_host.core.records import (
-    ActivityWork,
     Completion,
-    Episode,
-    OutgoingKind,
-    RuntimeStatus,
 )
 from durable_host.store import codec
-from durable_host.store.codec import COLUMNS
 from durable_host.store.postgres.database import Conn, Database
 
 
@@ -49,107 +42,6 @@ async def set_attempts(db: Database, conn: Conn, instance_id: str, count_next: b
         )
     else:
         await db.execute(conn, "DELETE FROM attempts WHERE instance_id = %s", (instance_id,))
-
-
-async def append_history(db: Database, conn: Conn, instance_id: str, episode: Episode) -> None:
-    if episode.replace_history or episode.rewrite_history:
-        await db.execute(conn, "DELETE FROM history WHERE instance_id = %s", (instance_id,))
-    if not episode.events:
-        return
-    await db.execute(
-        conn,
-        "INSERT INTO history (instance_id, seq, event)"
-        " SELECT %(id)s, base.next + e.ord - 1, e.event"
-        " FROM (SELECT COALESCE(MAX(seq) + 1, 0) AS next FROM history"
-        "       WHERE instance_id = %(id)s) AS base,"
-        " unnest(%(events)s::text[]) WITH ORDINALITY AS e(event, ord)",
-        {"id": instance_id, "events": [codec.encode(e) for e in episode.events]},
-    )
-
-
-async def update_instance(
-    db: Database, conn: Conn, instance_id: str, episode: Episode, now: str
-) -> None:
-    if episode.replace_history:
-        # Sub-orchestrations are created by their first episode, not by a client call.
-        await db.execute(
-            conn,
-            f"INSERT INTO instances ({COLUMNS})"
-            " VALUES (%s, %s, %s, %s, %s, %s, NULL, NULL, %s, %s, %s, NULL, FALSE)"
-            " ON CONFLICT (instance_id) DO UPDATE SET execution_id = excluded.execution_id,"
-            " name = excluded.name, input = excluded.input, version = excluded.version,"
-            " parent_instance_id = excluded.parent_instance_id, output = NULL,"
-            " custom_status = NULL",
-            (
-                instance_id,
-                episode.name,
-                RuntimeStatus.RUNNING,
-                episode.execution_id,
-                episode.version,
-                episode.input_json,
-                now,
-                now,
-                codec.parent_instance_id(episode),
-            ),
-        )
-    sets, args = ["updated_at = %s"], list[Any]([now])
-    if episode.status is not None:
-        sets.append("status = %s")
-        args.append(episode.status)
-    if codec.writes_output(episode):
-        sets.append("output = %s")
-        args.append(episode.output_json)
-    if episode.custom_status_changed:
-        sets.append("custom_status = %s")
-        args.append(episode.custom_status_json)
-    await db.execute(
-        conn,
-        f"UPDATE instances SET {', '.join(sets)} WHERE instance_id = %s",
-        (*args, instance_id),
-    )
-
-
-async def write_outbox(db: Database, conn: Conn, episode: Episode) -> list[ActivityWork]:
-    """The episode's activities (created handed: dequeue count 1) and messages."""
-    activities = [i.payload for i in episode.outbox if i.kind == OutgoingKind.ACTIVITY]
-    messages = [i for i in episode.outbox if i.kind != OutgoingKind.ACTIVITY]
-    created: list[ActivityWork] = []
-    if activities:
-        cur = await db.execute(
-            conn,
-            "INSERT INTO activities (instance_id, execution_id, task_id, name, input,"
-            " dequeue_count, claimed_by) SELECT a.i, a.e, a.t, a.n, a.p, 1, %s FROM"
-            " unnest(%s::text[], %s::text[], %s::int[], %s::text[], %s::text[])"
-            " WITH ORDINALITY AS a(i, e, t, n, p, ord) ORDER BY a.ord RETURNING id",
-            (
-                db.writer or None,
-                [p["instance_id"] for p in activities],
-                [p["execution_id"] for p in activities],
-                [p["task_id"] for p in activities],
-                [p["name"] for p in activities],
-                [p["input_json"] for p in activities],
-            ),
-        )
-        ids = sorted(int(r[0]) for r in await cur.fetchall())  # identity follows row order
-        for work_id, p in zip(ids, activities, strict=True):
-            created.append(
-                ActivityWork(
-                    work_id,
-                    p["instance_id"],
-                    p["execution_id"],
-                    p["task_id"],
-                    p["name"],
-                    p["input_json"],
-                    1,
-                )
-            )
-    if messages:
-        await insert_messages(
-            db,
-            conn,
-            [(m.target, codec.encode(m.payload), m.visible_at) for m in messages],
-        )
-    return created
 
 
 async def insert_messages(

@@ -39,21 +39,21 @@ from durable_host.core.records import (
     ActivityWork,
     Completion,
     EntityCommit,
-    Episode,
     InstanceRecord,
     Query,
     QueryPage,
     RuntimeStatus,
 )
 from durable_host.core.versioning import MatchStrategy, Parking, VersionPolicy
-from durable_host.ops import faults
 from durable_host.store import codec
 from durable_host.store.azure.lease import process_identity
 from durable_host.store.base import InstanceExistsError, StoreError
 from durable_host.store.codec import COLUMNS, instance_record
+from durable_host.store.postgres import functions as fn
 from durable_host.store.postgres import sql as q
 from durable_host.store.postgres.backlog import hub_backlog
-from durable_host.store.postgres.database import Conn, Database, WorkGone
+from durable_host.store.postgres.database import Conn, Database
+from durable_host.store.postgres.episodes import EpisodeCommits
 from durable_host.store.postgres.listen import Listener
 from durable_host.store.postgres.partitions import HubPartitions
 from durable_host.store.postgres.schema import SchemaTooNewError, migrate
@@ -63,6 +63,7 @@ from durable_host.store.query import POSTGRES, instance_filters
 
 log = logging.getLogger("durable_host.store.postgres")
 MAX_STEP_COMPLETIONS = 1000  # one statement per completion: no limit worth having below this
+MAX_RECORDS = 10_000  # instance rows kept for the next episode (memory bound)
 SWEEP_SECONDS = 5.0
 STALE_SECONDS = 30.0
 # A work item is claimable when nobody claims it or its claimer's heartbeat is gone.
@@ -72,7 +73,7 @@ CLAIMABLE = (
 )
 
 
-class PostgresStore:
+class PostgresStore(EpisodeCommits):
     """Store port on PostgreSQL (module docstring)."""
 
     max_step_completions: int = MAX_STEP_COMPLETIONS
@@ -109,6 +110,7 @@ class PostgresStore:
         self._touched: dict[str, float] = {}  # instance id -> when this process last wrote it
         self._next_sweep = 0.0
         self._unhanded: set[int] = set()  # work ids the last sweep found nobody had
+        super().__init__()
 
     @property
     def round_trips(self) -> int:
@@ -120,6 +122,7 @@ class PostgresStore:
         conn = await self.db.connect()
         try:
             found = await migrate(conn, self.settings.schema)
+            await fn.install(conn, self.settings.schema)
         except SchemaTooNewError as exc:
             raise StoreError(f"{self.settings.describe()}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - as the port's error, without the password
@@ -169,6 +172,7 @@ class PostgresStore:
 
     def _ownership_changed(self) -> None:
         self._taken = True
+        self._records.clear()
         if self.partitions is not None:
             self.versions.drop_lost(self.partitions.held())
 
@@ -218,38 +222,18 @@ class PostgresStore:
         *,
         count_first: bool = False,
     ) -> int | None:
-        db = self.db
+        """One call of the start function (``functions``): the status check, the row, the
+        start message (and its NOTIFY when another host owns the instance) and, with
+        ``count_first`` on an instance this host owns, the first attempt's count."""
+        instance_id = record.instance_id
+        owned = self.partitions is not None and self.partitions.owns(instance_id)
+        counted = count_first and self._owns(instance_id)
 
-        async def body(conn: Conn) -> int | None:
-            cur = await db.execute(
-                conn,
-                "SELECT status FROM instances WHERE instance_id = %s FOR UPDATE",
-                (record.instance_id,),
-            )
-            row = await cur.fetchone()
-            if row is not None and row[0] not in overridable:
-                raise InstanceExistsError(record.instance_id, row[0])
-            if row is not None:
-                # A restarted id starts clean: old history and undelivered messages go.
-                for table in ("history", "inbox"):
-                    await db.execute(
-                        conn,
-                        f"DELETE FROM {table} WHERE instance_id = %s",
-                        (record.instance_id,),
-                    )
-            await db.execute(
-                conn,
-                f"INSERT INTO instances ({COLUMNS})"
-                " VALUES (%s, %s, %s, %s, %s, %s, NULL, NULL, %s, %s, %s, NULL, FALSE)"
-                " ON CONFLICT (instance_id) DO UPDATE SET name = excluded.name,"
-                " status = excluded.status, execution_id = excluded.execution_id,"
-                " version = excluded.version, input = excluded.input, output = NULL,"
-                " custom_status = NULL, created_at = excluded.created_at,"
-                " updated_at = excluded.updated_at,"
-                " parent_instance_id = excluded.parent_instance_id, entity_state = NULL,"
-                " entity_exists = FALSE",
+        async def body(conn: Conn, fence: tuple[int, int] | None) -> tuple[int, fn.StartOutcome]:
+            cur = await conn.execute(
+                fn.start_call(),
                 (
-                    record.instance_id,
+                    instance_id,
                     record.name,
                     record.status,
                     record.execution_id,
@@ -258,37 +242,46 @@ class PostgresStore:
                     record.created_at,
                     record.updated_at,
                     record.parent_instance_id,
+                    list(overridable),
+                    codec.encode(start_message),
+                    visible_at,
+                    counted,
+                    self.settings.channel,
+                    None if owned else self.listener.payload(instance_id),
                 ),
             )
-            inbox_id = await self._message(conn, record.instance_id, start_message, visible_at)
-            if not count_first or not self._owns(record.instance_id):
-                return None  # another host owns the instance: its episode reads and counts
-            await q.set_attempts(db, conn, record.instance_id, count_next=True)
-            return inbox_id
+            row = await cur.fetchone()
+            assert row is not None
+            answer = fn.StartOutcome(row)
+            if answer.outcome == "exists":
+                raise InstanceExistsError(instance_id, answer.found_status or "")
+            return answer.xid, answer
 
-        created: int | None = await db.write("create_instance", body)
-        self._touch(record.instance_id)
-        return created
+        self._records.pop(instance_id, None)
+        answer = await self.db.call("create_instance", body)
+        self._keep(instance_id, answer.record)
+        self._touch(instance_id)
+        # Another host owns the instance: its episode reads and counts.
+        return answer.inbox_id if counted else None
 
     async def _message(
         self, conn: Conn, instance_id: str, message: dict[str, Any], visible_at: str | None
     ) -> int:
-        """Append one message and NOTIFY the hub's listeners (delivered at COMMIT), in one
-        statement; the message's inbox id."""
+        """Append one message and, when another host owns its instance (or this store holds
+        no partition), NOTIFY the hub's listeners (delivered at COMMIT), in one statement;
+        the message's inbox id. This host's own engine is told by the caller, and a
+        notifying transaction's commit is serialized with every other's."""
+        elsewhere = self.partitions is None or not self.partitions.owns(instance_id)
         cur = await self.db.execute(
             conn,
             "INSERT INTO inbox (instance_id, message, visible_at) VALUES (%s, %s, %s)"
-            " RETURNING id, pg_notify(%s, %s)",
-            (
-                instance_id,
-                codec.encode(message),
-                visible_at,
-                self.settings.channel,
-                self.listener.payload(instance_id),
-            ),
+            + (" RETURNING id, pg_notify(%s, %s)" if elsewhere else " RETURNING id"),
+            (instance_id, codec.encode(message), visible_at)
+            + ((self.settings.channel, self.listener.payload(instance_id)) if elsewhere else ()),
         )
         row = await cur.fetchone()
         assert row is not None
+        self._records.pop(instance_id, None)
         return int(row[0])
 
     async def send(
@@ -316,13 +309,6 @@ class PostgresStore:
             return instance_record(row) if row else None
 
         return await self.db.read(read)
-
-    async def episode_record(self, instance_id: str) -> InstanceRecord | None:
-        # An episode of an instance another host owns would fail at its commit: not begun.
-        if self.partitions is not None and not self.partitions.owns(instance_id):
-            self.partitions.check(instance_id)  # raises UnitLostError
-        # Other processes may write the hub's rows (the API of a tool, a later owner): read.
-        return await self.get_instance(instance_id)
 
     async def get_history(self, instance_id: str) -> list[dict[str, Any]]:
         async def read(conn: Conn) -> list[tuple[int, str]]:
@@ -353,54 +339,6 @@ class PostgresStore:
 
     # --- commits ------------------------------------------------------------------------
 
-    async def _apply_episode(
-        self, conn: Conn, instance_id: str, episode: Episode, now: str, count_next: bool
-    ) -> list[ActivityWork]:
-        db = self.db
-        await q.delete_inbox(db, conn, episode.consumed)
-        await q.set_attempts(db, conn, instance_id, count_next)
-        await q.append_history(db, conn, instance_id, episode)
-        await q.update_instance(db, conn, instance_id, episode, now)
-        return await q.write_outbox(db, conn, episode)
-
-    def _created(self, instance_id: str, works: list[ActivityWork]) -> list[ActivityWork]:
-        self._touch(instance_id)
-        self._handed.update(w.work_id for w in works)
-        return works
-
-    async def commit_episode(
-        self, instance_id: str, episode: Episode, now: str, *, count_next: bool = False
-    ) -> list[ActivityWork]:
-        async def body(conn: Conn) -> list[ActivityWork]:
-            return await self._apply_episode(conn, instance_id, episode, now, count_next)
-
-        works = await self.db.write("commit_episode", body, fence=instance_id)
-        return self._created(instance_id, works)
-
-    async def commit_step(
-        self,
-        instance_id: str,
-        completions: list[Completion],
-        episode: Episode,
-        now: str,
-        *,
-        count_next: bool = False,
-    ) -> list[ActivityWork] | None:
-        async def body(conn: Conn) -> list[ActivityWork]:
-            for completion in completions:
-                if not await q.complete_work(self.db, conn, instance_id, completion):
-                    raise WorkGone  # another run reported it: roll everything back
-            created = await self._apply_episode(conn, instance_id, episode, now, count_next)
-            faults.hit("store.before_step_commit")  # the step's commit point is next
-            return created
-
-        try:
-            works = await self.db.write("commit_step", body, fence=instance_id)
-        except WorkGone:
-            return None
-        self._handed.difference_update(c.work_id for c in completions)
-        return self._created(instance_id, works)
-
     async def commit_entity(self, commit: EntityCommit) -> None:
         db = self.db
 
@@ -428,6 +366,7 @@ class PostgresStore:
                 db, conn, [(t, codec.encode(m), None) for t, m in commit.responses]
             )
 
+        self._records.pop(commit.instance_id, None)
         await db.write("commit_entity", body, fence=commit.instance_id)
         self._touch(commit.instance_id)
 
@@ -554,7 +493,10 @@ class PostgresStore:
             # At most a second at a time: a partition taken meanwhile (``_taken``) is swept
             # within a second, not at the next sweep.
             wait = 0.0 if self._taken else min(1.0, max(0.0, self._next_sweep - time.monotonic()))
-            woken = self._owned(await self.listener.wait(wait))
+            heard = await self.listener.wait(wait)
+            for instance_id in heard:  # another process wrote it: its kept row may be old
+                self._records.pop(instance_id, None)
+            woken = self._owned(heard)
             if time.monotonic() < self._next_sweep and not self._taken:
                 return woken, []
             self._next_sweep = time.monotonic() + SWEEP_SECONDS
@@ -622,6 +564,8 @@ class PostgresStore:
         return await self.db.read(read)
 
     async def purge(self, instance_id: str) -> int:
+        self._records.pop(instance_id, None)
+
         async def body(conn: Conn) -> int:
             return await q.purge_ids(self.db, conn, [instance_id])
 
@@ -633,6 +577,7 @@ class PostgresStore:
         if terminal is None:
             return 0
         where, args = instance_filters(terminal, POSTGRES)
+        self._records.clear()
 
         async def body(conn: Conn) -> int:
             cur = await self.db.execute(

@@ -72,7 +72,12 @@ INDEX = loader.index_functions(app)
 
 
 def run_engine(
-    tmp_path: Path, steps: int, inline_events: int | None, name: str = "counted", runs: int = 1
+    tmp_path: Path,
+    steps: int,
+    inline_events: int | None,
+    name: str = "counted",
+    runs: int = 1,
+    sessions: bool = False,
 ) -> tuple[str, str, dict[str, int]]:
     """Run ``name`` (``counted`` with ``steps``) to completion ``runs`` times, one instance
     after the other; the last one's output, the host's ``MARK`` and the engine's counters."""
@@ -83,6 +88,7 @@ def run_engine(
         engine = Engine(INDEX, store, config_mod.HostConfig(app_dir=tmp_path), fast_replay=True)
         if inline_events is not None:
             engine.inline_events = inline_events
+        engine.sessions = sessions  # a full replay every episode unless asked
         await engine.start()
         try:
             for n in range(runs):
@@ -122,6 +128,20 @@ def test_short_histories_run_on_the_loop_and_longer_ones_in_a_worker_thread(tmp_
     longer = {name for step, name in THREADS if step > 6}
     assert short == {loop_thread}
     assert longer and loop_thread not in longer
+
+
+def test_a_live_session_that_continues_runs_on_the_loop_at_any_history_length(tmp_path):
+    """Its episode does the new events' work, not the history's; the full replays on
+    schedule (whenever the history has doubled) go to a thread."""
+    THREADS.clear()
+    output, _, stats = run_engine(tmp_path, steps=40, inline_events=16, sessions=True)
+
+    assert output == "40"
+    loop_thread = threading.current_thread().name
+    longer = [name for step, name in THREADS if step > 6]
+    assert loop_thread in longer  # continued episodes
+    assert any(name != loop_thread for name in longer)  # the scheduled full replays
+    assert stats["session_steps"] > 0
 
 
 def test_zero_runs_every_episode_in_a_worker_thread(tmp_path):

@@ -1,0 +1,301 @@
+"""Server-side functions: an episode's (or a step's) writes, and a start's, in one statement.
+
+An episode of an orchestration used to be about ten statements, each a round trip to the
+server (the fence, the work items, the inbox, the attempt count, the history, the status
+row, the activities, the messages); a start about six. ``commit_episode`` and
+``create_instance`` send one call of a PL/pgSQL function each, which runs the same
+statements inside the server, so a step's transaction costs three round trips: ``BEGIN``,
+the call (which also returns the transaction id the commit is settled by, and the row it
+leaves, for the instance's next episode), ``COMMIT``. psycopg prepares a statement it has
+run five times, and PL/pgSQL keeps its statements' plans per connection, so neither the
+call nor the statements inside it are planned again per step.
+
+Outcomes the functions report instead of writing (nothing is written then):
+
+* ``lost``: the partition's row no longer carries this host's epoch (another host took
+  it over); the caller raises ``UnitLostError``.
+* ``gone``: a step's work item is gone (another run reported the result first).
+* ``stale``: the instance's row changed since the record the episode was decided on
+  (another process wrote it meanwhile: a restart of the id, a rewind, a purge).
+
+The functions are named after a hash of their text (``step_<hash>``), created if missing at
+start and never replaced: hosts of different versions on one hub each call their own.
+Messages NOTIFY the hub's channel only for the targets the caller names (those another
+host owns, or all of a start's when another host owns it): PostgreSQL serializes the
+commits of notifying transactions, and the owner's engine was told already.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from durable_host.core.records import (
+    Completion,
+    Episode,
+    InstanceRecord,
+    OutgoingKind,
+    RuntimeStatus,
+)
+from durable_host.store import codec
+from durable_host.store.codec import COLUMNS, instance_record
+
+_RECORD_OUT = ", ".join(
+    f"OUT r_{c.strip()} {'boolean' if c.strip() == 'entity_exists' else 'text'}"
+    for c in COLUMNS.split(",")
+)
+_RECORD_INTO = ", ".join(f"r_{c.strip()}" for c in COLUMNS.split(","))
+
+_EPISODE_BODY = f"""(
+    p_unit integer, p_epoch bigint, p_id text, p_expected text,
+    p_works bigint[], p_results text[], p_consumed bigint[], p_count_next boolean,
+    p_clear_history boolean, p_events text[],
+    p_create boolean, p_name text, p_execution_id text, p_version text, p_input text,
+    p_parent text, p_now text, p_status text, p_set_output boolean, p_output text,
+    p_set_custom boolean, p_custom text,
+    p_writer text, p_a_execution text[], p_a_task integer[], p_a_name text[],
+    p_a_input text[], p_m_target text[], p_m_message text[], p_m_visible text[],
+    p_channel text, p_notify text[],
+    OUT xid bigint, OUT outcome text, OUT work_ids bigint[], {_RECORD_OUT}
+) LANGUAGE plpgsql AS $fn$
+DECLARE
+    held integer;
+    current_at text;
+BEGIN
+    xid := pg_current_xact_id()::text::bigint;
+    IF p_unit IS NOT NULL THEN
+        PERFORM 1 FROM partitions WHERE unit = p_unit AND epoch = p_epoch FOR KEY SHARE;
+        IF NOT FOUND THEN outcome := 'lost'; RETURN; END IF;
+    END IF;
+    IF cardinality(p_works) > 0 THEN
+        SELECT count(*) INTO held FROM
+            (SELECT 1 FROM activities WHERE id = ANY(p_works) FOR UPDATE) AS w;
+        IF held < cardinality(p_works) THEN outcome := 'gone'; RETURN; END IF;
+        DELETE FROM activities WHERE id = ANY(p_works);
+    END IF;
+    IF p_expected IS NOT NULL THEN
+        SELECT updated_at INTO current_at FROM instances WHERE instance_id = p_id FOR UPDATE;
+        IF current_at IS DISTINCT FROM p_expected THEN outcome := 'stale'; RETURN; END IF;
+    END IF;
+    IF cardinality(p_results) > 0 THEN
+        INSERT INTO inbox (instance_id, message)
+            SELECT p_id, r.m FROM unnest(p_results) WITH ORDINALITY AS r(m, ord)
+            WHERE r.m IS NOT NULL ORDER BY r.ord;
+    END IF;
+    IF cardinality(p_consumed) > 0 THEN
+        DELETE FROM inbox WHERE id = ANY(p_consumed);
+    END IF;
+    IF p_count_next THEN
+        INSERT INTO attempts (instance_id, count) VALUES (p_id, 1)
+            ON CONFLICT (instance_id) DO UPDATE SET count = 1;
+    ELSE
+        DELETE FROM attempts WHERE instance_id = p_id;
+    END IF;
+    IF p_clear_history THEN
+        DELETE FROM history WHERE instance_id = p_id;
+    END IF;
+    IF cardinality(p_events) > 0 THEN
+        INSERT INTO history (instance_id, seq, event)
+            SELECT p_id, base.next + e.ord - 1, e.event
+            FROM (SELECT COALESCE(MAX(seq) + 1, 0) AS next FROM history
+                  WHERE instance_id = p_id) AS base,
+            unnest(p_events) WITH ORDINALITY AS e(event, ord);
+    END IF;
+    IF p_create THEN
+        INSERT INTO instances ({COLUMNS})
+            VALUES (p_id, p_name, '{RuntimeStatus.RUNNING}', p_execution_id, p_version,
+                    p_input, NULL, NULL, p_now, p_now, p_parent, NULL, FALSE)
+            ON CONFLICT (instance_id) DO UPDATE SET execution_id = excluded.execution_id,
+                name = excluded.name, input = excluded.input, version = excluded.version,
+                parent_instance_id = excluded.parent_instance_id, output = NULL,
+                custom_status = NULL;
+    END IF;
+    UPDATE instances SET updated_at = p_now,
+        status = COALESCE(p_status, status),
+        output = CASE WHEN p_set_output THEN p_output ELSE output END,
+        custom_status = CASE WHEN p_set_custom THEN p_custom ELSE custom_status END
+        WHERE instance_id = p_id
+        RETURNING {COLUMNS} INTO {_RECORD_INTO};
+    IF cardinality(p_a_task) > 0 THEN
+        WITH created AS (
+            INSERT INTO activities (instance_id, execution_id, task_id, name, input,
+                                    dequeue_count, claimed_by)
+            SELECT p_id, a.e, a.t, a.n, a.p, 1, NULLIF(p_writer, '')
+            FROM unnest(p_a_execution, p_a_task, p_a_name, p_a_input)
+                WITH ORDINALITY AS a(e, t, n, p, ord)
+            ORDER BY a.ord RETURNING id)
+        SELECT array_agg(id ORDER BY id) INTO work_ids FROM created;
+    END IF;
+    IF cardinality(p_m_target) > 0 THEN
+        INSERT INTO inbox (instance_id, message, visible_at)
+            SELECT m.i, m.m, m.v FROM unnest(p_m_target, p_m_message, p_m_visible)
+                WITH ORDINALITY AS m(i, m, v, ord)
+            ORDER BY m.ord;
+    END IF;
+    IF cardinality(p_notify) > 0 THEN
+        PERFORM pg_notify(p_channel, p_writer || ' ' || t) FROM unnest(p_notify) AS t;
+    END IF;
+    outcome := 'ok';
+END
+$fn$"""
+
+_START_BODY = f"""(
+    p_id text, p_name text, p_status text, p_execution_id text, p_version text,
+    p_input text, p_created text, p_updated text, p_parent text, p_overridable text[],
+    p_message text, p_visible text, p_count_first boolean, p_channel text, p_payload text,
+    OUT xid bigint, OUT outcome text, OUT found_status text, OUT inbox_id bigint,
+    {_RECORD_OUT}
+) LANGUAGE plpgsql AS $fn$
+BEGIN
+    xid := pg_current_xact_id()::text::bigint;
+    SELECT status INTO found_status FROM instances WHERE instance_id = p_id FOR UPDATE;
+    IF FOUND THEN
+        IF NOT (found_status = ANY(p_overridable)) THEN outcome := 'exists'; RETURN; END IF;
+        -- A restarted id starts clean: old history and undelivered messages go.
+        DELETE FROM history WHERE instance_id = p_id;
+        DELETE FROM inbox WHERE instance_id = p_id;
+    END IF;
+    INSERT INTO instances ({COLUMNS})
+        VALUES (p_id, p_name, p_status, p_execution_id, p_version, p_input, NULL, NULL,
+                p_created, p_updated, p_parent, NULL, FALSE)
+        ON CONFLICT (instance_id) DO UPDATE SET name = excluded.name,
+            status = excluded.status, execution_id = excluded.execution_id,
+            version = excluded.version, input = excluded.input, output = NULL,
+            custom_status = NULL, created_at = excluded.created_at,
+            updated_at = excluded.updated_at,
+            parent_instance_id = excluded.parent_instance_id, entity_state = NULL,
+            entity_exists = FALSE
+        RETURNING {COLUMNS} INTO {_RECORD_INTO};
+    INSERT INTO inbox (instance_id, message, visible_at) VALUES (p_id, p_message, p_visible)
+        RETURNING id INTO inbox_id;
+    IF p_payload IS NOT NULL THEN
+        PERFORM pg_notify(p_channel, p_payload);
+    END IF;
+    IF p_count_first THEN
+        INSERT INTO attempts (instance_id, count) VALUES (p_id, 1)
+            ON CONFLICT (instance_id) DO UPDATE SET count = 1;
+    END IF;
+    outcome := 'ok';
+END
+$fn$"""
+
+EPISODE_FUNCTION = "step_" + hashlib.sha256(_EPISODE_BODY.encode()).hexdigest()[:12]
+START_FUNCTION = "start_" + hashlib.sha256(_START_BODY.encode()).hexdigest()[:12]
+_START_CALL = (
+    f"SELECT * FROM {START_FUNCTION}(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s::text[], %s, %s,"
+    " %s, %s, %s)"
+)
+_EPISODE_CALL = (
+    f"SELECT * FROM {EPISODE_FUNCTION}(%s, %s, %s, %s, %s::bigint[], %s::text[],"
+    " %s::bigint[], %s, %s, %s::text[], %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+    " %s, %s::text[], %s::integer[], %s::text[], %s::text[], %s::text[], %s::text[],"
+    " %s::text[], %s, %s::text[])"
+)
+
+
+async def install(conn: AsyncConnection[tuple[Any, ...]], schema: str) -> None:
+    """Create this host's functions in the hub's schema unless they exist (module doc)."""
+    for name, body in ((EPISODE_FUNCTION, _EPISODE_BODY), (START_FUNCTION, _START_BODY)):
+        async with conn.transaction():
+            cur = await conn.execute("SELECT to_regproc(%s) IS NOT NULL", (f"{schema}.{name}",))
+            row = await cur.fetchone()
+            if row and row[0]:
+                continue
+            # The migration's lock: two hosts starting together do not race.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (schema,))
+            await conn.execute(f"CREATE OR REPLACE FUNCTION {name}{body}".encode())
+
+
+class EpisodeOutcome:
+    """What the episode function answered: the transaction id and outcome, the activity
+    work items' ids (in the episode's order) and the row it left."""
+
+    __slots__ = ("outcome", "record", "work_ids", "xid")
+
+    def __init__(self, row: tuple[Any, ...]) -> None:
+        self.xid: int = int(row[0])
+        self.outcome: str = row[1]
+        self.work_ids: list[int] = sorted(row[2] or [])
+        self.record: InstanceRecord | None = (
+            instance_record(row[3:]) if self.outcome == "ok" and row[3] is not None else None
+        )
+
+
+def episode_args(
+    fence: tuple[int, int] | None,
+    instance_id: str,
+    expected: str | None,
+    completions: list[Completion],
+    episode: Episode,
+    now: str,
+    count_next: bool,
+    writer: str,
+    channel: str,
+    notify: list[str],
+) -> tuple[Any, ...]:
+    """The episode function's arguments, in its order."""
+    unit, epoch = fence if fence is not None else (None, None)
+    activities = [i.payload for i in episode.outbox if i.kind == OutgoingKind.ACTIVITY]
+    messages = [i for i in episode.outbox if i.kind != OutgoingKind.ACTIVITY]
+    create = episode.replace_history
+    return (
+        unit,
+        epoch,
+        instance_id,
+        expected,
+        [c.work_id for c in completions],
+        [None if c.consumed else codec.encode(c.message) for c in completions],
+        list(episode.consumed),
+        count_next,
+        episode.replace_history or episode.rewrite_history,
+        [codec.encode(e) for e in episode.events],
+        create,
+        episode.name if create else None,
+        episode.execution_id if create else None,
+        episode.version if create else None,
+        episode.input_json if create else None,
+        codec.parent_instance_id(episode) if create else None,
+        now,
+        episode.status,
+        codec.writes_output(episode),
+        episode.output_json,
+        episode.custom_status_changed,
+        episode.custom_status_json,
+        writer,
+        [p["execution_id"] for p in activities],
+        [p["task_id"] for p in activities],
+        [p["name"] for p in activities],
+        [p["input_json"] for p in activities],
+        [m.target for m in messages],
+        [codec.encode(m.payload) for m in messages],
+        [m.visible_at for m in messages],
+        channel,
+        notify,
+    )
+
+
+def episode_call() -> str:
+    return _EPISODE_CALL
+
+
+def start_call() -> str:
+    return _START_CALL
+
+
+class StartOutcome:
+    """What the start function answered: the transaction id and outcome, the status found
+    (``exists``: the id is taken by an instance in a state that may not be overridden),
+    the start message's inbox id and the row."""
+
+    __slots__ = ("found_status", "inbox_id", "outcome", "record", "xid")
+
+    def __init__(self, row: tuple[Any, ...]) -> None:
+        self.xid: int = int(row[0])
+        self.outcome: str = row[1]
+        self.found_status: str | None = row[2]
+        self.inbox_id: int | None = None if row[3] is None else int(row[3])
+        self.record: InstanceRecord | None = (
+            instance_record(row[4:]) if self.outcome == "ok" else None
+        )
