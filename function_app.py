@@ -10,6 +10,7 @@ from activities import (
     hand_over,
     loop_submit,
     mail,
+    mcp,
     model,
     model_background,
     notice_session,
@@ -26,6 +27,7 @@ from orchestrators import (
     agent_round,
     agent_run,
     agent_turn,
+    mcp_task,
     notices,
     on_failure,
     skill_run,
@@ -77,5 +79,8 @@ for blueprint in (
     workspace.bp,
     # The environment a turn runs in, checked when it goes on (docs/workspace.md).
     environment.bp,
+    # MCP servers' tools as durable tool tasks (docs/tools.md).
+    mcp.bp,
+    mcp_task.bp,
 ):
     app.register_functions(blueprint)
