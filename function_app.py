@@ -19,7 +19,7 @@ from activities import (
     skills,
     tools,
 )
-from api import approval_links, loops, operator, pages, sessions, workspace
+from api import approval_links, loops, mcp_tools, operator, pages, sessions, workspace
 from api import skills as skill_routes
 from entities import limiter, semaphore, session
 from orchestrators import (
@@ -82,5 +82,7 @@ for blueprint in (
     # MCP servers' tools as durable tool tasks (docs/tools.md).
     mcp.bp,
     mcp_task.bp,
+    # The kernel as an MCP server: submit, read, approve (docs/mcp-kernel.md).
+    mcp_tools.bp,
 ):
     app.register_functions(blueprint)

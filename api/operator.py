@@ -151,6 +151,18 @@ async def approval(
         request_id, decision = inputs.decision(req.get_body(), "decision", DECISIONS)
     except KernelError as exc:
         return failure(exc)
+    return await decide_approval(client, session_id, task_id, request_id, decision)
+
+
+async def decide_approval(
+    client: df.DurableOrchestrationClient,
+    session_id: str,
+    task_id: str,
+    request_id: str,
+    decision: str,
+) -> func.HttpResponse:
+    """The approval route's answer, for any caller that holds the admin's right (the route,
+    the kernel's MCP tool ``answer_approval``)."""
     refused = await _claim_decision(client, task_id, session_id, request_id)
     if refused is not None:
         return refused

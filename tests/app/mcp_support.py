@@ -36,6 +36,7 @@ def config(**servers: dict[str, Any]) -> str:
 
 
 def git_repo(path: Path) -> Path:
+    """A repository with one commit (``init``) and one staged file for ``git_commit``."""
     path.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}  # fmt: skip
@@ -43,6 +44,8 @@ def git_repo(path: Path) -> Path:
     subprocess.run(
         ["git", "-C", str(path), "commit", "-q", "--allow-empty", "-m", "init"], check=True, env=env
     )
+    (path / "notes.txt").write_text("staged for the agent's commit\n")
+    subprocess.run(["git", "-C", str(path), "add", "notes.txt"], check=True, env=env)
     return path
 
 
@@ -86,7 +89,7 @@ class HttpServer:
             stdout=log,
             stderr=log,
         )
-        wait_for(self._listening, 30, "the MCP HTTP server to listen", interval=0.05)
+        wait_for(self._listening, 90, "the MCP HTTP server to listen", interval=0.05)
         return self
 
     def _listening(self) -> bool:
