@@ -33,6 +33,7 @@ import azure.durable_functions as df
 
 from api import inputs, operator, sessions
 from entities import session_pages
+from kernel.common import ids
 from kernel.common.errors import KernelError
 from kernel.common.statuses import FINAL_SUBMISSION_STATUSES
 from kernel.session import reducer as core
@@ -58,6 +59,15 @@ async def submission_status(
     if sealed is not None:
         return {**sealed["submission"], "position": None}
     return await sessions.unheld_submission(client, session_id, submission_id)
+
+
+async def turn_reason(
+    client: df.DurableOrchestrationClient, session_id: str, submission_id: str
+) -> str | None:
+    """Why the submission's turn ended as it did (its turn task's reason), if it says."""
+    state = await session_pages.read_head(client, session_id)
+    task = ((state or {}).get("tasks") or {}).get(ids.turn_instance_id(session_id, submission_id))
+    return task.get("reason") if isinstance(task, dict) else None
 
 
 def _wait_bound(wait_seconds: object) -> float:
@@ -96,12 +106,8 @@ async def submit(
         "status": view.get("status", status),
     }
     if view.get("status") in FINAL_SUBMISSION_STATUSES:
-        return {
-            **answer,
-            "finished": True,
-            "answer": view.get("answer"),
-            "reason": view.get("reason"),
-        }
+        reason = await turn_reason(client, session_id, sub_id)
+        return {**answer, "finished": True, "answer": view.get("answer"), "reason": reason}
     follow = (
         f"call read_session with session_id {session_id!r} and submission_id {sub_id!r}, or GET "
         f"/api/sessions/{session_id}/submissions/{sub_id}; the turn goes on without the caller"

@@ -7,11 +7,15 @@ Crashes (SIGKILL of the host mid-call) are in ``test_mcp_crash.py``.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
+from pathlib import Path
 
-from tests.app.mcp_support import config, stdio
+import pytest
+
+from tests.app.mcp_support import HttpServer, config, stdio
 from tests.app.turn_support import entries_of, submit, view, wait_final
-from tests.harness import HostProcess
+from tests.harness import HostProcess, wait_for
 
 
 def test_a_read_only_tool_of_a_stdio_server_answers_through_the_turn(
@@ -36,3 +40,86 @@ def test_a_read_only_tool_of_a_stdio_server_answers_through_the_turn(
     document = view(host, "mcp")["documents"][f"environment.{sub}"]
     assert set(document["data"]["recorded"]["mcp"]) == {"time"}
     assert json.dumps(document).count("mcp__") == 0  # the catalogue itself is content
+
+
+long = pytest.mark.skipif(
+    not os.environ.get("KERNEL_MCP_LONG"), reason="a long MCP test: KERNEL_MCP_LONG=1 runs it"
+)
+TOKEN = "tok-" + "a7" * 12
+
+
+@long
+def test_bad_configuration_fails_the_turn_naming_server_and_field_and_the_app_serves(
+    fresh_kernel_host: Callable[..., HostProcess],
+) -> None:
+    host = fresh_kernel_host(
+        {"AGENT_MCP_SERVERS": config(git={"command": "x", "args": ["ok", 3]})}
+    ).start()
+    sub = submit(host, "bad", "calculate 1+1")
+    final = wait_final(host, "bad", sub)
+
+    assert final["status"] == "failed"
+    reason = view(host, "bad")["tasks"][f"bad:turn:{sub}"]["reason"]
+    assert reason == 'invalid_settings: AGENT_MCP_SERVERS: server "git": args[1]: must be a string'
+    assert host.get("/api/sessions/bad").status == 200
+
+
+@long
+def test_http_server_arguments_checked_first_content_stored_progress_previewed(
+    fresh_kernel_host: Callable[..., HostProcess], tmp_path: Path
+) -> None:
+    server = HttpServer(tmp_path / "mcp-http", TOKEN).start()
+    try:
+        host = fresh_kernel_host(
+            {
+                "AGENT_MCP_SERVERS": config(
+                    t={"url": server.url, "headers": {"Authorization": "Bearer %T_TOKEN%"}}
+                ),
+                "T_TOKEN": TOKEN,
+                "AGENT_PREVIEWS": "on",
+                "AGENT_PREVIEW_DIR": str(tmp_path / "previews"),
+            }
+        ).start()
+        refused = submit(host, "h", 'call mcp__t__create_ticket with {"title": 5}', "r1")
+        assert "(invalid_arguments)" in wait_final(host, "h", refused)["answer"]
+        assert server.calls("create_ticket") == 0  # nothing was sent
+
+        unknown = submit(host, "h", "call mcp__t__nothing with {}", "r2")
+        assert "(unknown_tool)" in wait_final(host, "h", unknown)["answer"]
+
+        picture = submit(host, "h", "call mcp__t__picture with {}", "r3")
+        assert wait_final(host, "h", picture)["status"] == "completed"
+        [text, image] = last_result(host, "h")["content"]
+        assert text["content_ref"].startswith("sha256:") and text["bytes"] == 20_000
+        assert (image["type"], image["mimeType"]) == ("image", "image/png")
+        assert image["content_ref"].startswith("sha256:")
+
+        slow = submit(host, "h", 'call mcp__t__slow with {"seconds": 3}', "r4")
+        seen = wait_for(
+            lambda: (
+                [
+                    p["text"]
+                    for p in host.get("/api/sessions/h/changes?after=0&previews=").json()[
+                        "previews"
+                    ]
+                    if "half way" in p.get("text", "")
+                ]
+                or None
+            ),
+            60,
+            "the tool's progress as a preview",
+            interval=0.05,
+        )
+        assert seen == ["mcp__t__slow: slow: 1/2 half way"] or "1/2 half way" in seen[0]
+        assert wait_final(host, "h", slow)["answer"] == "mcp__t__slow: slow done"
+        assert "half way" not in json.dumps(entries_of(host, "h"))  # never history
+    finally:
+        server.kill()
+
+
+def last_result(host: HostProcess, session: str) -> dict:
+    tools = [e for e in entries_of(host, session, "message") if e["role"] == "tool"]
+    data = tools[-1]["data"]
+    if "result" in data:
+        return data["result"]
+    raise AssertionError(f"the result is stored by reference: {tools[-1]}")
