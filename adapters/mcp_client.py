@@ -159,6 +159,10 @@ async def call_tool(
     except McpConfigError as exc:
         return failed("mcp_unavailable", str(exc))
     except TimeoutError:
+        if not sent:  # the handshake itself took too long: the call never left
+            return failed(
+                "mcp_unavailable", f"{server.name} did not connect within {timeout_s:g} s"
+            )
         return failed("mcp_timeout", f"{server.name} did not answer {tool} within {timeout_s:g} s")
     except ValidationError as exc:
         return failed("invalid_result", f"{server.name}: {tool}: {exc}"[:500])

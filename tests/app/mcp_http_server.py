@@ -38,11 +38,15 @@ def _count(tool: str) -> None:
 
 
 async def _count_and_hold(tool: str) -> None:
-    await asyncio.to_thread(_count, tool)
-    if (FOLDER / f"{tool}.hold").exists():
-        (FOLDER / f"{tool}.arrived").touch()
-        while (FOLDER / f"{tool}.hold").exists():
-            await asyncio.sleep(0.05)
+    try:
+        await asyncio.to_thread(_count, tool)
+        if (FOLDER / f"{tool}.hold").exists():
+            (FOLDER / f"{tool}.arrived").touch()
+            while (FOLDER / f"{tool}.hold").exists():
+                await asyncio.sleep(0.05)
+    except BaseException as exc:  # the log (server.log) says why a call failed
+        print(f"{tool}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        raise
 
 
 @server.tool(annotations=READ_ONLY)
