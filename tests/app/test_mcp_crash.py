@@ -214,7 +214,7 @@ def test_a_tool_list_changed_between_the_crash_and_the_resume_parks_the_turn(
 
 @long
 def test_a_secret_header_is_never_in_a_history_a_log_or_the_session(
-    fresh_kernel_host, server, tmp_path
+    fresh_kernel_host, server, tmp_path, store_kind
 ):
     host = http_host(fresh_kernel_host, server).start()
     sub = submit(host, SESSION, 'call mcp__t__lookup with {"key": "s"}')
@@ -232,9 +232,26 @@ def test_a_secret_header_is_never_in_a_history_a_log_or_the_session(
     everything.append(json.dumps(view(host, SESSION)))
     everything.append(host.log_path.read_text() if host.log_path else "")
     stored = [p for p in tmp_path.rglob("*") if p.is_file() and "mcp-http" not in p.parts]
-    assert len(everything) > 5 and stored
+    blobs = app_blobs() if store_kind == "azure" else []
+    assert len(everything) > 5 and (stored or blobs)
     assert not [i for i, text in enumerate(everything) if TOKEN in text]
     assert not [p for p in stored if TOKEN.encode() in p.read_bytes()]
+    assert not [name for name, data in blobs if TOKEN.encode() in data]
+
+
+def app_blobs() -> list[tuple[str, bytes]]:
+    """Every blob of the app's own containers (ledger, content, previews...) on Azure."""
+    from azure.storage.blob import BlobServiceClient
+
+    service = BlobServiceClient.from_connection_string(os.environ["AzureWebJobsStorage"])
+    found = []
+    for container in service.list_containers(name_starts_with="agent-"):
+        client = service.get_container_client(container.name)
+        for blob in client.list_blobs():
+            found.append(
+                (f"{container.name}/{blob.name}", client.download_blob(blob.name).readall())
+            )
+    return found
 
 
 @long
