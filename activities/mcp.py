@@ -48,6 +48,7 @@ log = logging.getLogger("kernel.mcp")
 LIST_TIMEOUT_S = 30.0
 INLINE_CONTENT_BYTES = 4 * 1024
 MAX_RESULT_BYTES = 4 * 1024 * 1024
+MAX_INLINE_RESULT_BYTES = 12 * 1024  # what one result may keep inline in the history
 _listings: dict[str, tuple[float, dict[str, Any]]] = {}
 
 
@@ -192,7 +193,26 @@ def _store_large(result: dict[str, Any]) -> dict[str, Any]:
     structured = result.get("structuredContent")
     if isinstance(structured, dict) and set(structured) == {"_store"}:
         shaped["structuredContent"] = {"content_ref": store.put(structured["_store"])}
+    if len(mcp_client.dumps(shaped).encode()) > MAX_INLINE_RESULT_BYTES:
+        # Many small items add up: every text goes by reference, so what the history keeps
+        # stays small whatever the server sends.
+        shaped["content"] = [_by_reference(store, item) for item in shaped.get("content") or []]
+        kept = shaped.get("structuredContent")
+        if kept is not None and not (isinstance(kept, dict) and set(kept) == {"content_ref"}):
+            shaped["structuredContent"] = {"content_ref": store.put(mcp_client.dumps(kept))}
     return shaped
+
+
+def _by_reference(store: Any, item: dict[str, Any]) -> dict[str, Any]:
+    if item.get("type") != "text" or "text" not in item:
+        return item
+    text = str(item["text"])
+    return {
+        "type": "text",
+        "content_ref": store.put(text),
+        "bytes": len(text.encode()),
+        "preview": text[:200],
+    }
 
 
 async def current_hashes(recorded: Mapping[str, Any] | None) -> dict[str, Any] | None:

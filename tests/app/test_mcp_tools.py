@@ -123,3 +123,27 @@ def last_result(host: HostProcess, session: str) -> dict:
     if "result" in data:
         return data["result"]
     raise AssertionError(f"the result is stored by reference: {tools[-1]}")
+
+
+def test_a_result_of_many_small_items_keeps_only_references_inline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from activities import mcp as mcp_activities
+    from adapters.content_store import default_store
+    from kernel.turn import mcp_catalogue
+
+    monkeypatch.setenv("AGENT_STATE_STORE", "file")
+    monkeypatch.setenv("AGENT_CONTENT_DIR", str(tmp_path / "content"))
+    raw = {
+        "content": [{"type": "text", "text": f"{i}" * 3000} for i in range(10)],
+        "structuredContent": {"rows": list(range(100))},
+    }
+    shaped = mcp_catalogue.shape_result(raw, inline_bytes=4096, max_bytes=1 << 20)
+
+    stored = mcp_activities._store_large(shaped)
+
+    assert len(json.dumps(stored)) < 12 * 1024
+    assert [item["bytes"] for item in stored["content"]] == [3000] * 10
+    assert default_store().get(stored["content"][3]["content_ref"]) == "3" * 3000
+    ref = stored["structuredContent"]["content_ref"]
+    assert json.loads(default_store().get(ref)) == {"rows": list(range(100))}
