@@ -1,7 +1,9 @@
 """MCP servers' tools in the turn, end to end: real servers from PyPI over stdio, a Streamable
 HTTP server the test starts, the offline planner's ``call <tool> with <JSON>`` rule.
 
-Crashes (SIGKILL of the host mid-call) are in ``test_mcp_crash.py``.
+Crashes (SIGKILL of the host mid-call) are in ``test_mcp_crash.py``. The tests that start
+hosts run with ``KERNEL_MCP_LONG=1`` (docs/testing.md); by default the demo's test drives the
+time server through a turn.
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ from tests.app.mcp_support import HttpServer, config, stdio
 from tests.app.turn_support import entries_of, submit, view, wait_final
 from tests.harness import HostProcess, wait_for
 
+long = pytest.mark.skipif(
+    not os.environ.get("KERNEL_MCP_LONG"), reason="a long MCP test: KERNEL_MCP_LONG=1 runs it"
+)
 
+
+@long  # the demo (tests/app/test_demo.py) runs the same server through a turn by default
 def test_a_read_only_tool_of_a_stdio_server_answers_through_the_turn(
     fresh_kernel_host: Callable[..., HostProcess],
 ) -> None:
@@ -42,9 +49,6 @@ def test_a_read_only_tool_of_a_stdio_server_answers_through_the_turn(
     assert json.dumps(document).count("mcp__") == 0  # the catalogue itself is content
 
 
-long = pytest.mark.skipif(
-    not os.environ.get("KERNEL_MCP_LONG"), reason="a long MCP test: KERNEL_MCP_LONG=1 runs it"
-)
 TOKEN = "tok-" + "a7" * 12
 
 
