@@ -10,6 +10,7 @@ from activities import (
     hand_over,
     loop_submit,
     mail,
+    mcp,
     model,
     model_background,
     notice_session,
@@ -19,7 +20,7 @@ from activities import (
     tools,
     workspace_collect,
 )
-from api import approval_links, loops, operator, pages, sessions, workspace
+from api import approval_links, loops, mcp_tools, operator, pages, sessions, workspace
 from api import skills as skill_routes
 from entities import limiter, loop_control, semaphore, session
 from orchestrators import (
@@ -27,6 +28,7 @@ from orchestrators import (
     agent_round,
     agent_run,
     agent_turn,
+    mcp_task,
     notices,
     on_failure,
     skill_run,
@@ -81,5 +83,10 @@ for blueprint in (
     workspace.bp,
     # The environment a turn runs in, checked when it goes on (docs/workspace.md).
     environment.bp,
+    # MCP servers' tools as durable tool tasks (docs/tools.md).
+    mcp.bp,
+    mcp_task.bp,
+    # The kernel as an MCP server: submit, read, approve (docs/mcp-kernel.md).
+    mcp_tools.bp,
 ):
     app.register_functions(blueprint)

@@ -6,7 +6,9 @@
   version; ``model`` ``<provider>:<model>`` from the model settings (``offline:offline-planner``
   without an endpoint; never the key or the endpoint's address); ``tools`` a hash of the tool
   catalogue (names, policies, approvals, argument schemas). Computed once per process, except
-  the model, which follows the settings.
+  the model, which follows the settings. ``mcp`` (only when ``AGENT_MCP_SERVERS`` names
+  servers): ``{server: hash of its tools}``, added by the turn from its catalogue and by the
+  check from a listing now (``activities.mcp.current_hashes``).
 * ``check_environment`` (activity): ``{"recorded"}`` -> the decision of
   ``AGENT_ENVIRONMENT_POLICY`` on this host (``Decision.to_dict``) plus ``current``.
 """
@@ -23,6 +25,7 @@ from typing import Any
 
 import azure.durable_functions as df
 
+from activities import mcp as mcp_activities
 from adapters.model_provider import ProviderConfig
 from kernel.session.state import SCHEMA_VERSION
 from kernel.turn import tools
@@ -81,8 +84,14 @@ def current() -> dict[str, Any]:
 
 
 @bp.activity_trigger(input_name="job")
-def check_environment(job: dict[str, Any]) -> dict[str, Any]:
+async def check_environment(job: dict[str, Any]) -> dict[str, Any]:
+    recorded = job.get("recorded") or {}
     now = current()
+    # The MCP servers' tools as this host sees them now (docs/tools.md); absent when none is
+    # configured, so a turn recorded without MCP compares equal.
+    hashes = await mcp_activities.current_hashes(recorded.get("mcp"))
+    if hashes is not None:
+        now["mcp"] = hashes
     policy = environment.policy_of(os.environ.get("AGENT_ENVIRONMENT_POLICY"))
-    decision = environment.decide(job.get("recorded") or {}, now, policy)
+    decision = environment.decide(recorded, now, policy)
     return {**decision.to_dict(), "current": now}

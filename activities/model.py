@@ -39,7 +39,8 @@ from typing import Any, cast
 import azure.durable_functions as df
 
 from activities import environment
-from adapters import model_provider, telemetry
+from activities import mcp as mcp_activities
+from adapters import mcp_client, model_provider, telemetry
 from adapters import previews as preview_store
 from adapters.attempt_ledger import default_ledger
 from adapters.content_store import default_store
@@ -48,7 +49,8 @@ from kernel.common import content
 from kernel.session import pages
 from kernel.session import previews as preview_rules
 from kernel.session import reducer as session_core
-from kernel.turn import planner, tools
+from kernel.turn import mcp_catalogue, planner, tools
+from kernel.turn.mcp_config import McpConfigError
 from kernel.turn.model_io import ModelFailure, ModelIOError, ModelRequest, ModelResult, ModelSuccess
 from kernel.turn.policy import TurnLimits, TurnSettingsError
 
@@ -94,6 +96,7 @@ async def ask(
     on_text: model_provider.TextSink | None = None,
     planner_delay_s: float = 0.0,
     allowed_tools: list[str] | None = None,
+    catalogue: dict[str, Any] | None = None,
 ) -> ModelResult:
     """One model call; ``allowed_tools`` narrows the tools offered (a loop's declaration;
     None offers the whole catalogue)."""
@@ -103,10 +106,11 @@ async def ask(
         if on_text is not None and response.content:
             await stream_planner_text(response.content, on_text, planner_delay_s)
         return ModelSuccess(response)
+    offered = tools.openai_tool_specs(allowed_tools) + mcp_catalogue.openai_specs(
+        catalogue, allowed_tools
+    )
     try:
-        request = ModelRequest.from_entries(
-            entries, tools.openai_tool_specs(allowed_tools), config.model
-        )
+        request = ModelRequest.from_entries(entries, offered, config.model)
     except ModelIOError as exc:
         return ModelFailure(kind="fatal", message=f"cannot build the model request: {exc}")
     return await model_provider.complete(config, request, timeout_s, on_text)
@@ -156,11 +160,14 @@ def turn_limits(job: dict[str, Any]) -> dict[str, Any]:
     """
     try:
         limits = TurnLimits.from_settings(os.environ).to_dict()
-    except TurnSettingsError as exc:
+        servers = mcp_client.servers()
+    except (TurnSettingsError, McpConfigError) as exc:
         return {"ok": False, "message": str(exc)}
     # The environment the turn starts in (docs/workspace.md): recorded with the limits, so a
-    # run whose history holds limits without it (started before) replays unchecked.
-    return {"ok": True, "limits": limits, "environment": environment.current()}
+    # run whose history holds limits without it (started before) replays unchecked. The MCP
+    # servers' names only (no secrets): the run lists their tools next (docs/tools.md).
+    mcp = {"mcp": [server.name for server in servers]} if servers else {}
+    return {"ok": True, "limits": limits, "environment": environment.current(), **mcp}
 
 
 def _stored_if_long(text: str | None) -> str | None:
@@ -189,6 +196,7 @@ async def call_model(job: dict[str, Any], client: df.DurableOrchestrationClient)
                     preview.update if preview is not None else None,
                     streaming.planner_delay_s,
                     job.get("tools") or None,
+                    await mcp_activities.catalogue_of(job),
                 )
             ).to_dict()
             call.record(result)

@@ -32,6 +32,7 @@ from typing import Any
 
 import azure.durable_functions as df
 
+from activities import mcp as mcp_activities
 from activities.model import read_entries
 from adapters import model_background
 from adapters.attempt_ledger import default_ledger
@@ -41,7 +42,7 @@ from entities import session_pages
 from kernel.common import content
 from kernel.common.statuses import FINAL_SUBMISSION_STATUSES
 from kernel.session import reducer as session_core
-from kernel.turn import planner, tools
+from kernel.turn import mcp_catalogue, planner, tools
 from kernel.turn.model_io import ModelFailure, ModelIOError, ModelRequest
 
 bp = df.Blueprint()
@@ -66,9 +67,11 @@ async def submit_model_request(
     config = ProviderConfig.from_settings(os.environ)
     model = config.model if config is not None else planner.MODEL_NAME
     try:
-        request = ModelRequest.from_entries(
-            entries, tools.openai_tool_specs(job.get("tools") or None), model
+        allowed = job.get("tools") or None
+        offered = tools.openai_tool_specs(allowed) + mcp_catalogue.openai_specs(
+            await mcp_activities.catalogue_of(job), allowed
         )
+        request = ModelRequest.from_entries(entries, offered, model)
     except ModelIOError as exc:
         failure = ModelFailure(kind="fatal", message=f"cannot build the model request: {exc}")
         return dict(failure.to_dict())

@@ -29,7 +29,9 @@ Built-in tools: ``calculator``; ``read_document`` / ``write_document`` / ``delet
 session's ``note`` documents, one per title, ``kernel.turn.tools.note_document_id``; a delete writes
 the document's tombstone version); ``append_ledger`` appends one
 line to the file ``AGENT_TOOL_LEDGER_FILE`` (default ``.durable/tool-ledger.txt``) - unsafe,
-every run adds a line. The workspace tools (``list_files`` ... ``run_python``) are
+every run adds a line. MCP tools (``mcp__<server>__<tool>``) are one ``tools/call`` each
+(``activities.mcp.run``), their current policy the server's annotations under the
+configuration in force (docs/tools.md). The workspace tools (``list_files`` ... ``run_python``) are
 ``activities.workspace_tools``. ``send_notices`` does not run here: its execution is the
 ``send_notices`` sub-orchestration.
 
@@ -59,6 +61,7 @@ from typing import Any
 
 import azure.durable_functions as df
 
+from activities import mcp as mcp_tools
 from activities import skills as skill_activities
 from activities import workspace_tools
 from activities.tool_env import Outcome, Result, ToolEnv, ToolFn, no_progress
@@ -68,7 +71,7 @@ from adapters.attempt_ledger import AttemptLedger, LeaseLost, attempt_state, def
 from adapters.content_store import default_store
 from entities import session_pages
 from kernel.session import previews as preview_rules
-from kernel.turn import calculator, tools
+from kernel.turn import calculator, mcp_catalogue, tools
 from kernel.turn.policy import replay_decision
 
 bp = df.Blueprint()
@@ -90,7 +93,10 @@ async def _execute(job: dict[str, Any], client: df.DurableOrchestrationClient) -
     spec = tools.TOOLS.get(name)
     record = await asyncio.to_thread(ledger.read, key)
     state = attempt_state(record, ledger.now())
-    decision = replay_decision(job.get("policy"), spec.policy if spec else None, state)
+    current = spec.policy if spec else None
+    if mcp_catalogue.is_mcp(name) and state == "expired":  # the server's annotations, now
+        current = await mcp_tools.current_policy(job)
+    decision = replay_decision(job.get("policy"), current, state)
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
     lease_s = float(job.get("lease_s") or 30)
     if decision == "reuse_result":
@@ -153,9 +159,12 @@ async def _run(
 ) -> dict[str, Any]:
     heartbeat = asyncio.create_task(_heartbeat(ledger, key, owner, lease_s))
     try:
-        outcome = await asyncio.wait_for(
-            _call(job["name"], job.get("arguments") or {}, env), float(job.get("timeout_s") or 300)
+        call = (
+            mcp_tools.run(job, env)
+            if mcp_catalogue.is_mcp(job["name"])
+            else _call(job["name"], job.get("arguments") or {}, env)
         )
+        outcome = await asyncio.wait_for(call, float(job.get("timeout_s") or 300))
     except TimeoutError:
         # The tool may still finish later and record its result; this answer is only "late".
         message = f"{job['name']} did not finish within {job.get('timeout_s')} s"

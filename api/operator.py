@@ -4,6 +4,11 @@
   ``{"requestId", "action": "retry"|"abort"}``: for a turn parked as ``needs_attention``, raise
   the run's operator event (its unique name is in the run's custom status). ``retry`` runs the
   parked round again from the last committed round; ``abort`` ends the turn as ``failed``.
+* ``POST /api/sessions/{sessionId}/tools/{toolTaskId}/operator``
+  ``{"requestId", "action": "retry"|"abort"}``: for an MCP tool task parked as
+  ``needs_attention`` (an interrupted call of a server with ``onInterrupted: "attention"``,
+  docs/tools.md), raise its operator event: ``retry`` sends the call once more, ``abort`` ends
+  it as ``interrupted``.
 * ``POST /api/sessions/{sessionId}/approvals/{toolTaskId}``
   ``{"requestId", "decision": "approve"|"reject"}``: for a tool task waiting for approval,
   raise ``approval:{toolTaskId}``.
@@ -112,6 +117,26 @@ async def operator(
 
 
 @bp.route(
+    route="sessions/{sessionId}/tools/{toolTaskId}/operator",
+    methods=["POST"],
+    auth_level=func.AuthLevel.ADMIN,
+)
+@bp.durable_client_input(client_name="client")
+async def tool_operator(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient
+) -> func.HttpResponse:
+    try:
+        session_id = ids.validate_session_id(req.route_params.get("sessionId"), "sessionId")
+        task_id = inputs.instance_id(req.route_params.get("toolTaskId"), "toolTaskId")
+        request_id, action = inputs.decision(req.get_body(), "action", ACTIONS)
+    except KernelError as exc:
+        return failure(exc)
+    return await _decide(
+        client, task_id, session_id, "needs_attention", "operator", request_id, {"action": action}
+    )
+
+
+@bp.route(
     route="sessions/{sessionId}/approvals/{toolTaskId}",
     methods=["POST"],
     auth_level=func.AuthLevel.ADMIN,
@@ -126,6 +151,18 @@ async def approval(
         request_id, decision = inputs.decision(req.get_body(), "decision", DECISIONS)
     except KernelError as exc:
         return failure(exc)
+    return await decide_approval(client, session_id, task_id, request_id, decision)
+
+
+async def decide_approval(
+    client: df.DurableOrchestrationClient,
+    session_id: str,
+    task_id: str,
+    request_id: str,
+    decision: str,
+) -> func.HttpResponse:
+    """The approval route's answer, for any caller that holds the admin's right (the route,
+    the kernel's MCP tool ``answer_approval``)."""
     refused = await _claim_decision(client, task_id, session_id, request_id)
     if refused is not None:
         return refused

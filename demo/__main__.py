@@ -3,7 +3,8 @@ show its progress live from the session's change stream.
 
 The request exercises the whole kernel: a calculator round, a document write, and the
 five-notices workflow against the real mail service. Then a skill (``docs/skills.md``) is
-registered through the API and run: a tool step, a wait for an event (raised by the demo), a
+registered through the API and run (after a submission that calls a tool of an MCP server,
+the reference time server over stdio: docs/tools.md): a tool step, a wait for an event (raised by the demo), a
 join of a calculation and a timer, and a closing tool step, each shown as the run reaches it.
 Progress lines come from ``GET /api/sessions/{id}/changes?after=&wait=&previews=`` (long
 polling on the committed change log), so what you see is exactly what was made durable, in
@@ -35,6 +36,19 @@ REQUEST = (
     "send the approved notice to alice@example.com, bob@example.com, carol@example.com, "
     'dave@example.com, erin@example.com subject "Service window"'
 )
+# An MCP server's tool (docs/tools.md): the reference time server, spawned over stdio.
+MCP_REQUEST = (
+    'call mcp__time__convert_time with {"source_timezone": "UTC", "time": "12:00", '
+    '"target_timezone": "Asia/Tokyo"}'
+)
+MCP_SERVERS = {
+    "mcpServers": {
+        "time": {
+            "command": str(Path(sys.executable).parent / "mcp-server-time"),
+            "args": ["--local-timezone", "UTC"],
+        }
+    }
+}
 # The workspace (docs/workspace.md): a report file, and a computation over it in run_python.
 WORKSPACE_REQUEST = (
     "write file report.md: # Service window\nNotices sent: 5\nConfirmed: 5 and then "
@@ -232,6 +246,7 @@ def main() -> int:
             "AGENT_SKILLS_DIR": str(state / "skills"),
             "AGENT_WORKSPACE_DIR": str(state / "workspaces"),
             "AGENT_WORKSPACE_STORE_DIR": str(state / "workspace-store"),
+            "AGENT_MCP_SERVERS": json.dumps(MCP_SERVERS),
         }
     )
     host, base = spawn(
@@ -277,10 +292,11 @@ def run(base: str, mail_url: str, exit_when_done: bool) -> int:
     print(f"\nmail service deliveries per recipient: {json.dumps(deliveries)}")
     print(f"watch the session: {base}/api/sessions/{session_id}/page")
     files = run_workspace(base, session_id, time.monotonic() + 120)
+    mcp = run_mcp(base, session_id, time.monotonic() + 120)
     run_view = run_skill(base, session_id, time.monotonic() + 120)
     if exit_when_done:
-        done = (sub["status"], files["status"], run_view["status"])
-        return 0 if done == ("completed",) * 3 else 1
+        done = (sub["status"], files["status"], mcp["status"], run_view["status"])
+        return 0 if done == ("completed",) * 4 else 1
     print("serving; Ctrl-C to stop")
     try:
         signal.pause()
@@ -309,6 +325,22 @@ def run_workspace(base: str, session_id: str, deadline: float) -> dict[str, Any]
         )
     _, stats = http_text(f"{base}/api/sessions/{session_id}/workspace/files/stats.txt")
     print(f"stats.txt: {stats}")
+    return sub
+
+
+def run_mcp(base: str, session_id: str, deadline: float) -> dict[str, Any]:
+    """A submission that calls an MCP server's tool: listed when the turn began, its policy
+    (safe: the server says it is read-only) in the intent, its answer as the tool result."""
+    print(f"\nsession {session_id}: {MCP_REQUEST}\n")
+    status, accepted = http(
+        "POST",
+        f"{base}/api/sessions/{session_id}/submissions",
+        {"requestId": "demo-mcp", "text": MCP_REQUEST},
+    )
+    if status != 202:
+        raise SystemExit(f"submission refused: {status} {accepted}")
+    sub = follow(base, session_id, accepted["submissionId"], deadline)
+    print(f"\nsubmission {sub['status']}:\n{sub.get('answer') or ''}")
     return sub
 
 

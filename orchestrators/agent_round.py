@@ -35,6 +35,7 @@ import azure.durable_functions as df
 from kernel.common import ids
 from kernel.common.statuses import FINAL_SUBMISSION_STATUSES, SubmissionStatus, TaskStatus
 from kernel.session import task_types
+from kernel.turn import mcp_catalogue
 from kernel.turn.model_io import ModelResponse
 from kernel.turn.policy import TurnLimits, check_guards, next_retry_delay
 from orchestrators import model_wait
@@ -237,6 +238,7 @@ def model_job(rnd: Round, model_attempt: int) -> dict[str, Any]:
         f":{model_attempt}",
         "timeout_s": rnd.limits.model_timeout_s,
         **({"tools": job["tools"]} if "tools" in job else {}),  # a loop run's tools
+        **({"mcp": job["mcp"]} if "mcp" in job else {}),  # the turn's MCP catalogue
     }
 
 
@@ -398,8 +400,10 @@ def start_tool_task(
     context: df.DurableOrchestrationContext, rnd: Round, index: int, call: dict[str, Any]
 ) -> Any:
     job = rnd.job
+    # An MCP server's tool (docs/tools.md) is its own orchestration, with the same id and input.
+    name = "mcp_tool_task" if mcp_catalogue.is_mcp(str(call.get("name") or "")) else "tool_task"
     return context.call_sub_orchestrator(
-        "tool_task",
+        name,
         {
             "session_id": job["session_id"],
             "submission_id": rnd.submission_id,
@@ -413,6 +417,7 @@ def start_tool_task(
             "approval_links": True,  # tool_task mails approval links (not to older tasks)
             "declarations": True,  # and applies the tools' limits and retries (idem)
             **({"tools": job["tools"]} if "tools" in job else {}),  # a loop run's tools
+            **({"mcp": job["mcp"]} if "mcp" in job else {}),  # the turn's MCP catalogue
         },
         ids.tool_task_id(rnd.submission_id, rnd.number, index),
         version=child_version(context),

@@ -102,8 +102,21 @@ def agent_run(context: df.DurableOrchestrationContext) -> Generator[Any, Any, di
     # The environment the turn started in; None for a run whose limits were given or were read
     # before environments were recorded - it replays, and runs, unchecked.
     recorded = read.get("environment")
+    catalogue: dict[str, Any] = {}
+    if read.get("mcp"):  # MCP servers are configured: their tools, listed once (docs/tools.md)
+        catalogue = yield context.call_activity("list_mcp_tools", {"turn": turn_id})
+        if not catalogue["ok"]:
+            reason = f"invalid_settings: {catalogue['message']}"[:1000]
+            set_status(context, "failed", reason=reason)
+            yield context.call_entity(entity, "commit", run.commit_turn(reason=reason))
+            return outcome(SubmissionStatus.FAILED, reason=reason)
+        base["mcp"] = {"ref": catalogue["ref"]}
+        if recorded is not None:
+            recorded = {**recorded, "mcp": catalogue["servers"]}
     if recorded is not None:
-        yield from record_environment(context, run, job["submission_id"], recorded)
+        yield from record_environment(
+            context, run, job["submission_id"], recorded, **mcp_record(catalogue)
+        )
     while run.round_no <= run.limits.max_rounds:
         if recorded is not None and (run.round_no > 1 or run.attempt > 1):
             checked = yield from check_environment(context, run, job["submission_id"], recorded)
@@ -154,7 +167,7 @@ def with_policy(read: dict[str, Any], policy: dict[str, Any] | None) -> dict[str
         limits = TurnLimits.from_dict(read["limits"]).with_policy(policy)
     except TurnSettingsError as exc:
         return {"ok": False, "message": f"policy.{exc}"}
-    kept = {"environment": read["environment"]} if "environment" in read else {}
+    kept: dict[str, Any] = {key: read[key] for key in ("environment", "mcp") if key in read}
     return {"ok": True, "limits": limits.to_dict(), **kept}
 
 
@@ -164,12 +177,22 @@ def environment_document(submission_id: str, recorded: dict[str, Any], **more: A
     return {"id": f"environment.{submission_id}", "type": "json", "data": data}
 
 
+def mcp_record(catalogue: dict[str, Any]) -> dict[str, Any]:
+    """What the environment document shows of a turn's MCP catalogue (none: nothing)."""
+    if not catalogue:
+        return {}
+    return {"mcp": {k: catalogue[k] for k in ("ref", "tools", "problems")}}
+
+
 def record_environment(
-    context: df.DurableOrchestrationContext, run: Run, submission_id: str, recorded: Any
+    context: df.DurableOrchestrationContext,
+    run: Run,
+    submission_id: str,
+    recorded: Any,
+    **more: Any,
 ) -> Gen:
-    yield context.call_entity(
-        run.entity, "commit", {"documents": [environment_document(submission_id, recorded)]}
-    )
+    document = environment_document(submission_id, recorded, **more)
+    yield context.call_entity(run.entity, "commit", {"documents": [document]})
 
 
 def check_environment(

@@ -25,7 +25,10 @@ case-insensitive; trailing ``.``, ``!`` and ``?`` are dropped), first match wins
 7. ``run python: <code>`` → ``run_python``; ``write file <path>: <text>`` → ``write_file``;
    ``show file <path>`` → ``read_file``; ``list files`` → ``list_files`` (checked first; the
    code and the text may span lines);
-8. anything else needs no tool: it is answered directly with an echo and a word count.
+8. ``call <tool> with <JSON object>`` (checked first) → that tool with those arguments, for
+   any name: a built-in tool or an MCP tool (``mcp__<server>__<tool>``); an unknown name is
+   left for the tool task to refuse. Its answer line is ``<tool>: <the result's text>``;
+9. anything else needs no tool: it is answered directly with an echo and a word count.
 
 Rounds: every tool clause gets one round of its own, in order. Each call to ``plan`` finds the
 first tool clause without a result and asks for its call; when every tool clause has a result,
@@ -67,6 +70,11 @@ _CLAUSE_SEPARATOR = re.compile(r"\s+and\s+then\s+", re.IGNORECASE)
 _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
 _QUOTED = re.compile(r'"[^"]*"')
 _ARITHMETIC = re.compile(r"[\d\s+\-*/%().]*\d[\d\s+\-*/%().]*")
+# ``call <tool> with <JSON object>``: any catalogued tool, MCP tools included (docs/tools.md).
+_CALL = re.compile(
+    r"call\s+(?P<tool>[A-Za-z0-9_-]{1,64})\s+with\s+(?P<arguments>\{.*\})",
+    re.IGNORECASE | re.DOTALL,
+)
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # The workspace (docs/workspace.md): code and file text may span lines.
     ("run_python", re.compile(r"run python\s*:\s*(?P<code>.+)", re.IGNORECASE | re.DOTALL)),
@@ -138,6 +146,13 @@ def _clauses(text: str) -> list[str]:
 
 
 def _classify(clause: str) -> _Step:
+    if explicit := _CALL.fullmatch(clause):
+        try:
+            given = json.loads(explicit["arguments"])
+        except ValueError:
+            given = None
+        if isinstance(given, dict):
+            return _Step(clause, explicit["tool"], given)
     if re.match(r"send\b", clause, re.IGNORECASE) and _EMAIL.search(_QUOTED.sub(" ", clause)):
         return _Step(clause, "send_notices", _notice_arguments(clause))
     for tool, pattern in _PATTERNS:
@@ -223,7 +238,12 @@ def _summary(steps: list[_Step], results: Mapping[str, Entry], turn: int) -> str
         round_no += 1
         outcome = _Outcome.of(results[_call_id(turn, round_no)])
         if outcome.ok:
-            lines.extend(_SUCCESS[step.tool](step.arguments, outcome.payload))
+            shown = _SUCCESS.get(step.tool)
+            lines.extend(
+                shown(step.arguments, outcome.payload)
+                if shown
+                else [f"{step.tool}: {_tool_text(outcome.payload)}"]
+            )
             continue
         lines.append(f"{step.tool} did not complete ({outcome.kind}): {outcome.message}")
         if step.tool == "send_notices" and isinstance(_field(outcome.payload, "results"), list):
@@ -276,6 +296,20 @@ def _shown(value: JsonValue) -> str:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return calculator.format_number(value)
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def _tool_text(payload: JsonValue) -> str:
+    """Any other tool's result: its text content (an MCP result), else the result as JSON."""
+    items = _field(payload, "content")
+    if isinstance(items, list):
+        texts = [
+            str(item["text"])
+            for item in items
+            if isinstance(item, dict) and item.get("type") == "text" and "text" in item
+        ]
+        if texts:
+            return " ".join(" ".join(texts).split())[:2000]
+    return _shown(payload)[:2000]
 
 
 def _calculated(args: JsonObject, payload: JsonValue) -> list[str]:

@@ -4,7 +4,8 @@ A turn records its environment when it starts (docs/workspace.md, "The environme
 
 ``{"app": <app version>, "schema": <session state schema version>, "dependencies": <hash of
 the installed distributions>, "model": "<provider>:<model or deployment>", "tools": <hash of
-the tool catalogue>}``
+the tool catalogue>, "mcp": {<server>: <hash of its tools>}}`` (``mcp`` only when MCP servers
+are configured: docs/tools.md)
 
 Before every round after its first - the points where a turn goes on, possibly on another
 host after a crash or a long wait - the run compares the environment of the host that serves
@@ -30,7 +31,7 @@ from typing import Any
 
 POLICIES = ("strict", "model-may-change", "off")
 DEFAULT_POLICY = "strict"
-FIELDS = ("app", "schema", "dependencies", "model", "tools")
+FIELDS = ("app", "schema", "dependencies", "model", "tools", "mcp")
 _MAY_CHANGE: dict[str, frozenset[str]] = {
     "strict": frozenset(),
     "model-may-change": frozenset({"model"}),

@@ -30,6 +30,10 @@ def test_demo_completes_sends_each_notice_once_and_runs_a_registered_skill(tmp_p
     # The workspace: a report file, and run_python computing over it into a file of its own.
     assert "Python printed: numbers in the report: [5, 5] total 10" in result.stdout
     assert "stats.txt: confirmation rate: 100%" in result.stdout
+    # An MCP server's tool (the reference time server over stdio) answered through the turn.
+    assert 'mcp__time__convert_time: { "source": {' in result.stdout
+    assert '"datetime": "' in result.stdout.split("mcp__time__convert_time:", 1)[1]
+    assert "T21:00:00+09:00" in result.stdout
     assert "skill onboard-customer v1 registered" in result.stdout
     assert "skill run completed on v1" in result.stdout
     assert "welcome ACME: 3 seats, fee 36" in result.stdout

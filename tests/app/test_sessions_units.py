@@ -346,6 +346,7 @@ def test_every_route_declares_the_level_docs_security_md_gives_it() -> None:
             levels[trigger.route] = str(getattr(level, "value", level)).lower()
     admin = {"sessions/{sessionId}/submissions/{submissionId}/operator",
              "sessions/{sessionId}/approvals/{toolTaskId}",
+             "sessions/{sessionId}/tools/{toolTaskId}/operator",
              "skills/{name}/runs/{runId}/approvals/{stepId}"}  # fmt: skip
     anonymous = {"approvals/{toolTaskId}", "static/{name}", "openapi.yaml"}
 
