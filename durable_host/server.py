@@ -27,8 +27,8 @@ from durable_host.ops import telemetry
 from durable_host.store.base import StoreError
 from durable_host.triggers.durable import RPC_BASE, WEBHOOK_BASE, ManagementApi, management_urls
 from durable_host.triggers.http import FunctionRoutes
-from durable_host.triggers.storage.scale import merge as storage_scale
 from durable_host.triggers.mcp import McpRoutes
+from durable_host.triggers.storage.scale import merge as storage_scale
 
 log = logging.getLogger("durable_host.http")
 MAX_REQUEST = Limits().max_request_bytes  # bodies are read by limits.read_body, bounded there
