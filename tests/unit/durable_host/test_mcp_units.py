@@ -1,6 +1,7 @@
 """The pure parts of the MCP extension: declarations as the extension lists them, and return
 values as the extension converts them (``durable_host/triggers/mcp/catalog.py``,
-``results.py``); the session ids (``sessions.py``) on an in-memory secret store."""
+``results.py``); the session ids (``sessions.py``) on an in-memory secret store; a tool's
+arguments as binding data for other bindings' paths (``calls.py``)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import pytest
 
 from durable_host.functions.loader import FunctionInfo
 from durable_host.triggers.mcp import results
+from durable_host.triggers.mcp.calls import argument_text
 from durable_host.triggers.mcp.catalog import Catalog, CatalogError, input_schema
 from durable_host.triggers.mcp.sessions import Sessions
+from durable_host.triggers.storage.expressions import ExpressionError, resolve
 
 
 def info(name: str, **trigger: Any) -> FunctionInfo:
@@ -192,3 +195,13 @@ def test_a_session_id_issued_by_one_host_verifies_on_another_of_the_hub() -> Non
     assert elsewhere.verify(token) is None
     assert two.verify(token[:-1] + ("A" if token[-1] != "A" else "B")) is None
     assert two.verify("") is None and two.verify("x" * 500) is None
+
+
+def test_tool_arguments_resolve_in_paths_as_the_extensions_text() -> None:
+    args = {"name": "a", "n": 5, "on": True, "none": None, "obj": {"k": [1, "x"]}}
+    data = {"mcptoolargs": {k: argument_text(v) for k, v in args.items()}}
+    path = "c/{mcptoolargs.name}-{McpToolArgs.N}-{mcptoolargs.on}-{mcptoolargs.none}.json"
+    assert resolve(path, data) == "c/a-5-True-.json"
+    assert resolve("{mcptoolargs.obj}", data) == '{"k":[1,"x"]}'
+    with pytest.raises(ExpressionError, match=r"No value for named parameter 'mcptoolargs.x'\."):
+        resolve("c/{mcptoolargs.x}", data)
