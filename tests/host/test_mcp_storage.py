@@ -3,7 +3,7 @@ official ``mcp`` client: Microsoft's remote MCP sample (``tests/apps/mcp_snippet
 reads snippets through blob bindings named by ``{mcptoolargs.snippetname}``, over both
 transports and in both of the sample's forms; a failing tool writes nothing; a storage error or
 an argument the path needs but the call lacks is that call's ``isError`` result and the host
-goes on; ``{mcpsessionid}`` names a blob by the client's session.
+goes on; ``{mcpsessionid}`` names a blob by the client's session; a resource reads a blob.
 
 The app's storage is ``AzureWebJobsStorage``, as in the sample: ``UseDevelopmentStorage=true``
 with the task hub in SQLite (the host starts its Azurite, or uses the emulator already on the
@@ -108,6 +108,14 @@ def test_the_samples_snippets_are_saved_and_read_through_blob_bindings(
             assert text(saved) == "Snippet 'y' saved successfully"
             assert text(await client.call_tool("get_snippet", {"snippetname": other})) == "y"
             assert text(await client.call_tool("get_snippet_v1", {"snippetname": name})) == "x=1"
+
+            # a resource's blob input (a fixed path: resources have no mcptoolargs)
+            pinned = await client.call_tool(
+                "save_snippet", {"snippetname": "pinned", "snippet": name}
+            )
+            assert not pinned.is_error
+            read = await client.read_resource("snippet://pinned")
+            assert read.contents[0].text == name
 
     run(go())
 

@@ -7,8 +7,8 @@ reads it back through a blob input binding, both paths built from the tool's arg
 
 Beside the sample, for the cases it leaves out (tests/host/test_mcp_storage.py): the earlier
 form of the sample (``generic_trigger`` with a ``toolProperties`` JSON string and the context
-JSON), a tool that fails after setting its output, a queue output named from an argument, and
-a blob named by the MCP session (``{mcpsessionid}``)."""
+JSON), a tool that fails after setting its output, a queue output named from an argument, a
+blob named by the MCP session (``{mcpsessionid}``) and a resource read from a blob."""
 
 import json
 
@@ -119,3 +119,15 @@ def remember(file: func.Out[str], text: str) -> str:
     """Keeps a text in a blob named after the MCP session."""
     file.set(text)
     return "kept"
+
+
+@app.mcp_resource_trigger(
+    arg_name="context",
+    uri="snippet://pinned",
+    resource_name="pinned",
+    description="The snippet saved under the name 'pinned'.",
+    mime_type="text/plain",
+)
+@app.blob_input(arg_name="file", connection="AzureWebJobsStorage", path="snippets/pinned.json")
+def pinned(file: func.InputStream, context: str) -> str:
+    return file.read().decode("utf-8") if file is not None else "(nothing pinned)"
