@@ -14,7 +14,8 @@ input and output bindings (the Storage extension, ``triggers/storage``):
 
 One binder per process (``install``), as one Functions host serves one app: the host installs
 it at start-up, before any trigger can run a function, and every trigger (HTTP, timers,
-activities, queue and blob triggers) finds it through ``current()``. This package may not
+activities, queue and blob triggers, MCP tools, resources and prompts) finds it through
+``current()``. This package may not
 import the extensions (they are a higher layer), hence the hook.
 """
 

@@ -12,6 +12,7 @@ its result is discarded, and the process can still exit. Those daemon threads ar
 
 ``invoke`` is ``build_kwargs`` + ``call`` with the bindings of extensions (``bindings``):
 their inputs are read before the call and their outputs written only after it succeeded.
+``call_bound`` is that second half, for a trigger that builds its own arguments (MCP).
 """
 
 from __future__ import annotations
@@ -101,13 +102,28 @@ async def invoke(
     callable is asked only when the function has such bindings: an HTTP body is parsed for
     them, not for every request)."""
     kwargs = build_kwargs(info, trigger_value, client_json, app_dir)
+    return await call_bound(info, info.fn, kwargs, metadata=metadata, daemon=daemon)
+
+
+async def call_bound(
+    info: FunctionInfo,
+    fn: Callable[..., Any],
+    kwargs: dict[str, Any],
+    *,
+    metadata: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
+    daemon: bool = False,
+) -> Any:
+    """``call(fn, kwargs)`` with ``info``'s extension bindings: inputs read first (their
+    parameters join ``kwargs``, taking precedence over a same-named argument), outputs
+    written only once ``fn`` returned. ``fn`` is ``info.fn`` or what a trigger calls in its
+    place (the MCP trigger calls the app's own function behind the library's wrapper)."""
     binder = bindings.current()
     if binder is None or not binder.handles(info):
-        return await call(info.fn, kwargs, daemon=daemon)
+        return await call(fn, kwargs, daemon=daemon)
     data = metadata() if callable(metadata) else metadata
     prepared = await binder.prepare(info, data or {})
     kwargs.update(prepared.kwargs)
-    result = await call(info.fn, kwargs, daemon=daemon)
+    result = await call(fn, kwargs, daemon=daemon)
     return await prepared.succeeded(result)
 
 

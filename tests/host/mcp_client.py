@@ -4,6 +4,7 @@ transport, and raw JSON-RPC posts for what a well-behaved client never sends."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import threading
@@ -11,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Self
 
+import aiohttp
 import httpx2
 from aiohttp import ClientSession, web
 from mcp import Client
@@ -92,6 +94,7 @@ class AlternatingProxy:
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.base_url = ""
+        self.streams: set[aiohttp.ClientResponse] = set()
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -110,9 +113,14 @@ class AlternatingProxy:
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self.base_url = f"http://127.0.0.1:{port}"
 
-    async def _forward(self, request: web.Request) -> web.Response:
-        upstream = next(self.upstreams)
+    def pick(self, request: web.Request) -> str:
+        return next(self.upstreams)
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        upstream = self.pick(request)
         self.served[upstream] += 1
+        if request.method == "GET" and request.path.endswith("/sse"):
+            return await self._stream(request, upstream)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host",)}
         async with self.session.request(
             request.method,
@@ -128,6 +136,22 @@ class AlternatingProxy:
             }
             return web.Response(status=resp.status, body=body, headers=keep)
 
+    async def _stream(self, request: web.Request, upstream: str) -> web.StreamResponse:
+        """An SSE stream passed on as it comes (the legacy transport's ``GET .../sse``)."""
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
+        async with self.session.get(upstream + str(request.rel_url), headers=headers) as resp:
+            self.streams.add(resp)  # closed by __exit__: the host keeps its stream open
+            out = web.StreamResponse(
+                status=resp.status,
+                headers={"Content-Type": resp.headers.get("Content-Type", "text/event-stream")},
+            )
+            await out.prepare(request)
+            with contextlib.suppress(aiohttp.ClientError):
+                async for chunk in resp.content.iter_any():
+                    await out.write(chunk)
+            self.streams.discard(resp)
+            return out
+
     def __enter__(self) -> Self:
         self.thread.start()
         self.ready.wait(10)
@@ -135,9 +159,23 @@ class AlternatingProxy:
 
     def __exit__(self, *exc: object) -> None:
         async def close() -> None:
+            for resp in list(self.streams):
+                resp.close()
             await self.session.close()
             await self.runner.cleanup()
 
         asyncio.run_coroutine_threadsafe(close(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+class SplitProxy(AlternatingProxy):
+    """The legacy SSE transport split across two hosts: each stream (``GET .../sse``) to the
+    first upstream, every other request to the second."""
+
+    def __init__(self, stream_host: str, message_host: str) -> None:
+        super().__init__([stream_host, message_host])
+        self.stream_host, self.message_host = stream_host, message_host
+
+    def pick(self, request: web.Request) -> str:
+        return self.stream_host if request.method == "GET" else self.message_host

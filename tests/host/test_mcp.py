@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import ClientSession
 
 from tests.browser import DevTools, browser, needs_chromium  # noqa: F401 - browser: a fixture
 from tests.harness import APPS, WEBHOOK, HostProcess, store_spec_for, store_specs, wait_for
 from tests.host.mcp_checks import check_resources_and_prompts, check_tools
-from tests.host.mcp_client import MCP, AlternatingProxy, connect, rpc
+from tests.host.mcp_client import MCP, AlternatingProxy, SplitProxy, connect, rpc
 from tests.screenshots import save, window
 
 APP = APPS / "mcp"
@@ -313,6 +314,62 @@ def test_one_client_session_across_two_hosts(host: HostProcess) -> None:
             assert all(n >= 3 for n in proxy.served.values()), proxy.served
     finally:
         other.stop()
+
+
+def test_the_sse_transport_with_its_messages_posted_to_another_host(host: HostProcess) -> None:
+    """The legacy SSE transport's stream held by one host, every message posted to another:
+    the message reaches the holder through the hub's store (``triggers/mcp/relay.py``), whose
+    answers arrive on the stream; once the holder is gone, a message is refused (400)."""
+    if host.store.startswith("sqlite"):
+        pytest.skip("SQLite is one host per file: two hosts share Azure or PostgreSQL hubs")
+    other = HostProcess(APP, host.store, env=dict(host.env)).start()  # the same hub
+    try:
+        with SplitProxy(other.base_url, host.base_url) as proxy:
+
+            async def go() -> None:
+                async with connect(proxy.base_url, "sse") as client:
+                    for i in range(3):
+                        result = await client.call_tool("hello", {"name": f"s{i}"})
+                        assert result.content[0].text == f"Hello, s{i}!"
+                    assert (await client.read_resource("file://readme.md")).contents
+
+            run(go())
+            assert proxy.served[other.base_url] == 1, proxy.served  # the one stream
+            assert proxy.served[host.base_url] >= 5, proxy.served  # initialize, calls...
+
+        async def raw() -> str:
+            async with (
+                ClientSession() as http,
+                http.get(other.base_url + MCP + "/sse") as stream,
+            ):
+                endpoint = await sse_data(stream)
+                ping = {"jsonrpc": "2.0", "id": 7, "method": "ping"}
+                posted = await http.post(f"{host.base_url}{MCP}/{endpoint}", json=ping)
+                assert posted.status == 202
+                answer = json.loads(await sse_data(stream))
+                assert answer == {"jsonrpc": "2.0", "id": 7, "result": {}}
+                return endpoint
+
+        endpoint = run(raw())
+    finally:
+        assert other.stop() == 0
+
+    async def after() -> tuple[int, str]:
+        async with ClientSession() as http:
+            ping = {"jsonrpc": "2.0", "id": 8, "method": "ping"}
+            async with http.post(f"{host.base_url}{MCP}/{endpoint}", json=ping) as resp:
+                return resp.status, await resp.text()
+
+    status, body = run(after())  # the holder stopped: nobody to answer, nothing kept
+    assert status == 400 and "No active session" in body, (status, body)
+
+
+async def sse_data(stream: Any) -> str:
+    """The data of the next SSE event on ``stream`` (keep-alive comments skipped)."""
+    while True:
+        line = (await stream.content.readline()).decode()
+        if line.startswith("data: "):
+            return line[len("data: ") :].strip()
 
 
 def test_a_tool_runs_an_orchestration_that_survives_a_sigkill(host: HostProcess) -> None:

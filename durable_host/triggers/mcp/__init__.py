@@ -8,6 +8,7 @@ extension, with their sources, in ``docs/extension-semantics.md``).
 * ``results``    a function's return value as the protocol's result;
 * ``protocol``   the JSON-RPC methods, whatever the transport;
 * ``sessions``   session ids every host of the task hub accepts;
+* ``relay``      the legacy SSE transport's messages to the host holding the stream;
 * ``transport``  Streamable HTTP and the legacy SSE transport over aiohttp.
 
 ``open_routes`` builds the whole for an app (None when it declares nothing of MCP); a

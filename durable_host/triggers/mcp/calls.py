@@ -12,7 +12,16 @@ binds the arguments by parameter name (a parameter annotated ``func.MCPToolConte
 whole context) and makes a string of the result. The host does that binding itself and calls
 the app's own function (the wrapper keeps it as ``__wrapped__``), so ``results`` sees the real
 return value. Other bindings of the function (a ``durableClient``) are passed as the worker
-passes them (``functions.invocation``).
+passes them (``functions.invocation``), and the Storage extension's blob, queue and table
+bindings go through the one hook every trigger uses (``invocation.call_bound``): inputs read
+before the call, outputs written only after it returned, an error in either failing that call.
+
+The binding data a tool call gives those bindings' ``{...}`` expressions is the extension's
+(``McpToolTriggerBinding``): the trigger parameter's name (the context JSON),
+``mcptoolcontext`` (the context), ``mcptoolargs`` (each argument as text, as .NET's
+``JsonElement.ToString`` gives it: ``argument_text``) and
+``mcpsessionid``; so ``snippets/{mcptoolargs.snippetname}.json`` names a blob by an argument.
+Resources and prompts get the trigger parameter's name only (the extension documents no more).
 """
 
 from __future__ import annotations
@@ -72,22 +81,52 @@ class Caller:
     async def tool(self, info: FunctionInfo, context: dict[str, Any]) -> Any:
         text = json.dumps(context)
         kwargs = self._kwargs(info, text)
+        trigger = _trigger_name(info)
+        arguments = context.get("arguments") or {}
+        data = {
+            trigger: text,
+            "mcptoolcontext": context,
+            "mcptoolargs": {str(k): argument_text(v) for k, v in arguments.items()},
+            "mcpsessionid": context.get("sessionid"),
+        }
         target = library_wrapped(info.fn)
         if target is None:
-            return await invocation.call(info.fn, kwargs)
-        trigger = str(info.trigger().get("name") or "context")
+            return await invocation.call_bound(info, info.fn, kwargs, metadata=data)
         kwargs.pop(trigger, None)
-        arguments = context.get("arguments") or {}
         for name, whole in _parameters(target):
             if whole:
                 kwargs[name] = context
             elif name in arguments and name not in kwargs:
                 kwargs[name] = arguments[name]
-        return await invocation.call(target, kwargs)
+        return await invocation.call_bound(info, target, kwargs, metadata=data)
 
     async def resource(self, info: FunctionInfo, context: dict[str, Any]) -> Any:
-        return await invocation.call(info.fn, self._kwargs(info, json.dumps(context)))
+        text = json.dumps(context)
+        kwargs = self._kwargs(info, text)
+        return await invocation.call_bound(
+            info, info.fn, kwargs, metadata={_trigger_name(info): text}
+        )
 
     async def prompt(self, info: FunctionInfo, context: dict[str, Any]) -> Any:
-        value = func.PromptInvocationContext(json.dumps(context))
-        return await invocation.call(info.fn, self._kwargs(info, value))
+        text = json.dumps(context)
+        kwargs = self._kwargs(info, func.PromptInvocationContext(text))
+        return await invocation.call_bound(
+            info, info.fn, kwargs, metadata={_trigger_name(info): text}
+        )
+
+
+def _trigger_name(info: FunctionInfo) -> str:
+    return str(info.trigger().get("name") or "context")
+
+
+def argument_text(value: Any) -> str:
+    """An argument as ``{mcptoolargs.<name>}`` gives it (``JsonElement.ToString``): a string
+    as it is, ``True``/``False``, an empty text for null, a number or an object or array as
+    its (compact) JSON text - ``5``, ``{"a":1}``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if value is None:
+        return ""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

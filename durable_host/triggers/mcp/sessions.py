@@ -45,9 +45,10 @@ class Sessions:
         digest = hmac.new(self._key, session_id.encode(), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest[:24]).decode().rstrip("=")
 
-    def issue(self) -> tuple[str, str]:
-        """A new session: its id and the token a client sends back."""
-        session_id = uuid.uuid4().hex
+    def issue(self, prefix: str = "") -> tuple[str, str]:
+        """A new session: its id (``prefix`` then a random value) and the token a client
+        sends back."""
+        session_id = prefix + uuid.uuid4().hex
         return session_id, f"{session_id}.{self._mac(session_id)}"
 
     def verify(self, token: str) -> str | None:

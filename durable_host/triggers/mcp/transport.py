@@ -15,8 +15,9 @@
   ``KEEPALIVE`` seconds keeps proxies from closing an idle stream.
 * ``POST /runtime/webhooks/mcp/message?azmcpcs=...`` - 202 ``Accepted`` once the message is
   read; 400 with the extension's text when ``azmcpcs`` is missing or does not verify, or when
-  its stream is not held by this host (the SSE transport keeps a session on the host holding
-  its stream: ``docs/mcp.md``).
+  no live host holds its stream. A message for a stream another host holds goes to that
+  host's inbox in the task hub's store (``relay``), and the holder answers on the stream;
+  503 when that inbox is full.
 
 Bad input (a body over the host's request limit, invalid JSON, not JSON-RPC) is answered
 with the JSON-RPC error and an HTTP 4xx, and nothing runs. Keys are checked before a request
@@ -37,6 +38,7 @@ from durable_host.engine.client import ClientError
 from durable_host.http.limits import Limits, read_body
 from durable_host.triggers.mcp import protocol
 from durable_host.triggers.mcp.protocol import Origin, Server
+from durable_host.triggers.mcp.relay import InboxFull, Relay, new_tag
 from durable_host.triggers.mcp.sessions import Sessions
 
 log = logging.getLogger("durable_host.mcp")
@@ -67,6 +69,8 @@ class McpRoutes:
         self.json_responses = json_responses
         self._streams: dict[str, asyncio.Queue[dict[str, Any] | None]] = {}  # None: close
         self._background: set[asyncio.Task[Any]] = set()
+        self.relay = Relay(sessions.store, new_tag())
+        self._poller: asyncio.Task[None] | None = None
 
     @staticmethod
     def owns(path: str) -> bool:
@@ -166,13 +170,19 @@ class McpRoutes:
     async def _sse(self, request: web.Request) -> web.StreamResponse:
         if len(self._streams) >= MAX_SSE_SESSIONS:
             return _rpc_error(503, "Too many open MCP SSE streams on this host; try again later.")
-        client_id, token = self.sessions.issue()
+        client_id, token = self.sessions.issue(prefix=self.relay.tag + "-")
         endpoint = f"message?{STATE_QUERY}={token}"
         code = request.query.get("code") or request.headers.get("x-functions-key")
         if code:
             endpoint += "&code=" + code
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._streams[client_id] = queue
+        try:
+            await self._hold()
+        except Exception:  # no inbox: a stream other hosts could not reach
+            self._streams.pop(client_id, None)
+            log.warning("MCP SSE: could not open this host's inbox", exc_info=True)
+            return _rpc_error(503, "The MCP SSE transport is unavailable; try again later.")
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache,no-store"}
         )
@@ -202,19 +212,44 @@ class McpRoutes:
         client_id = self.sessions.verify(token)
         if client_id is None:
             return web.json_response("Invalid client state." + hint, status=400)
-        queue = self._streams.get(client_id)
-        if queue is None:
-            text = f"No active session for client '{client_id}' on this host." + hint
-            return web.json_response(text, status=400)
         message, refused = await self._read(request)
         if message is None:
             assert refused is not None
             return refused
-        origin = Origin("http-sse", client_id, dict(request.headers))
+        if client_id in self._streams:
+            self._dispatch(client_id, message, dict(request.headers))
+            return web.Response(status=202, text="Accepted")
+        try:
+            posted = await self.relay.post(client_id, message, request.headers)
+        except InboxFull as exc:
+            return _rpc_error(503, f"The host holding this stream is busy ({exc}); try again.")
+        if not posted:
+            text = f"No active session for client '{client_id}'." + hint
+            return web.json_response(text, status=400)
+        return web.Response(status=202, text="Accepted")
+
+    def _dispatch(self, client_id: str, message: dict[str, Any], headers: dict[str, str]) -> None:
+        """Handle a message for a stream this host holds; the answer goes to the stream."""
+        queue = self._streams.get(client_id)
+        if queue is None:
+            return  # the stream closed meanwhile: nobody to answer, as on the extension
+        origin = Origin("http-sse", client_id, headers)
         task = asyncio.ensure_future(self._answer_on_stream(message, origin, queue))
         self._background.add(task)  # kept until done: a bare task may be collected mid-run
         task.add_done_callback(self._background.discard)
-        return web.Response(status=202, text="Accepted")
+
+    async def _hold(self) -> None:
+        """Before the first stream: this host's inbox exists and is polled while it holds
+        streams (``relay``)."""
+        if self._poller is not None and not self._poller.done():
+            return
+        await self.relay.open()
+
+        async def deliver(client_id: str, message: dict[str, Any], headers: dict[str, str]) -> None:
+            self._dispatch(client_id, message, headers)
+
+        # Polls while this host holds a stream; the next stream starts it again.
+        self._poller = asyncio.create_task(self.relay.run(lambda: bool(self._streams), deliver))
 
     async def _answer_on_stream(
         self, message: dict[str, Any], origin: Origin, queue: asyncio.Queue[dict[str, Any] | None]
@@ -227,6 +262,10 @@ class McpRoutes:
     async def close(self) -> None:
         """Before the HTTP server stops: end the open SSE streams (their clients reconnect to
         another host) and drop the answers still being made for them."""
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(Exception):  # best effort: else it goes stale
+                await self.relay.close()
         for task in list(self._background):
             task.cancel()
         for queue in self._streams.values():

@@ -10,10 +10,11 @@ Pure (the clock and the id source are arguments). Three kinds, in this order:
   data is): HTTP route parameters, ``Query``, ``Headers`` and a JSON body's properties; a queue
   message's JSON properties and its metadata (``Id``, ``DequeueCount``...); a blob path's
   captures (``{name}`` of ``samples/{name}.txt``); an activity input's properties. A dotted
-  name walks into nested objects, which is also the hook of other triggers: the MCP trigger's
-  ``{mcptoolargs.<name>}`` resolves once it passes ``{"mcptoolargs": <arguments>}`` as its
-  binding data - no change here. A name with no value fails the invocation with the SDK's
-  text ``No value for named parameter '<name>'.``
+  name walks into nested objects, which is also the hook of other triggers: the MCP trigger
+  passes ``mcptoolargs`` (its arguments as text), ``mcptoolcontext`` and ``mcpsessionid``
+  (``triggers/mcp/calls``), so ``{mcptoolargs.<name>}`` resolves here unchanged. A name
+  with no value fails the invocation with the SDK's text ``No value for named parameter
+  '<name>'.``
 
 ``pattern`` compiles a blob-trigger path (``container/{name}.txt``) to a matcher whose groups
 are the captures. A capture may span virtual folders (``samples/{name}.txt`` matches

@@ -44,11 +44,14 @@ log = logging.getLogger("durable_host.storage")
 
 
 def _served(index: AppIndex) -> list[FunctionInfo]:
+    """The functions whose storage bindings run: every trigger's that calls through the hook
+    (``functions.bindings``), MCP tools, resources and prompts included."""
     return [
         *index.http,
         *index.activities.values(),
         *index.timers,
         *index.storage,
+        *index.mcp,
     ]
 
 

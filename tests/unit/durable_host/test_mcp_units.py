@@ -1,6 +1,8 @@
 """The pure parts of the MCP extension: declarations as the extension lists them, and return
 values as the extension converts them (``durable_host/triggers/mcp/catalog.py``,
-``results.py``); the session ids (``sessions.py``) on an in-memory secret store."""
+``results.py``); the session ids (``sessions.py``) on an in-memory secret store; a tool's
+arguments as binding data for other bindings' paths (``calls.py``); the legacy SSE
+transport's inbox between hosts (``relay.py``)."""
 
 from __future__ import annotations
 
@@ -14,9 +16,11 @@ import mcp_types as types
 import pytest
 
 from durable_host.functions.loader import FunctionInfo
-from durable_host.triggers.mcp import results
+from durable_host.triggers.mcp import relay, results
+from durable_host.triggers.mcp.calls import argument_text
 from durable_host.triggers.mcp.catalog import Catalog, CatalogError, input_schema
 from durable_host.triggers.mcp.sessions import Sessions
+from durable_host.triggers.storage.expressions import ExpressionError, resolve
 
 
 def info(name: str, **trigger: Any) -> FunctionInfo:
@@ -192,3 +196,46 @@ def test_a_session_id_issued_by_one_host_verifies_on_another_of_the_hub() -> Non
     assert elsewhere.verify(token) is None
     assert two.verify(token[:-1] + ("A" if token[-1] != "A" else "B")) is None
     assert two.verify("") is None and two.verify("x" * 500) is None
+
+
+def test_tool_arguments_resolve_in_paths_as_the_extensions_text() -> None:
+    args = {"name": "a", "n": 5, "on": True, "none": None, "obj": {"k": [1, "x"]}}
+    data = {"mcptoolargs": {k: argument_text(v) for k, v in args.items()}}
+    path = "c/{mcptoolargs.name}-{McpToolArgs.N}-{mcptoolargs.on}-{mcptoolargs.none}.json"
+    assert resolve(path, data) == "c/a-5-True-.json"
+    assert resolve("{mcptoolargs.obj}", data) == '{"k":[1,"x"]}'
+    with pytest.raises(ExpressionError, match=r"No value for named parameter 'mcptoolargs.x'\."):
+        resolve("c/{mcptoolargs.x}", data)
+
+
+def test_the_sse_relay_hands_a_message_to_the_host_holding_the_stream() -> None:
+    store, now = MemorySecrets(), [1000.0]
+    holder = relay.Relay(store, "aaa", clock=lambda: now[0])
+    poster = relay.Relay(store, "bbb", clock=lambda: now[0])
+
+    async def go() -> None:
+        assert not await poster.post("aaa-1", {"id": 1}, {})  # no inbox yet: nobody holds it
+        await holder.open()
+        headers = {"x-functions-key": "secret", "X-Test": "t"}
+        assert await poster.post("aaa-1", {"id": 1}, headers)
+        assert "secret" not in store.values[relay.PREFIX + "aaa"]  # the key is never stored
+        taken = await holder.take()
+        assert [(m["client"], m["message"], m["headers"]) for m in taken] == [
+            ("aaa-1", {"id": 1}, {"X-Test": "t"})
+        ]
+        assert await holder.take() == []
+        assert not await poster.post("bbb-1", {"id": 2}, {})  # its own stream: not relayed
+        assert not await poster.post("plainid", {"id": 2}, {})  # no holder's tag
+        for i in range(relay.MAX_MESSAGES):
+            assert await poster.post("aaa-1", {"id": i}, {})
+        with pytest.raises(relay.InboxFull):
+            await poster.post("aaa-1", {"id": "one too many"}, {})
+        await holder.take()
+        now[0] += relay.STALE + 1  # the holder died without a word: its inbox went stale
+        assert not await poster.post("aaa-1", {"id": 3}, {})
+        await holder.open()
+        assert await poster.post("aaa-1", {"id": 4}, {})
+        await holder.close()  # stopped: refused at once, what waited is dropped
+        assert not await poster.post("aaa-1", {"id": 5}, {})
+
+    asyncio.run(go())
