@@ -7,7 +7,9 @@ stores (``DURABLE_TEST_STORES``).
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -85,3 +87,17 @@ def settled(
         if time.monotonic() > deadline:
             raise AssertionError(f"the host did not settle within {timeout}s: {metrics}")
         time.sleep(interval)
+
+
+def kernel_function_app() -> Any:
+    """The kernel's ``function_app`` module, even where a test app's module of that name was
+    imported first in this process (the unit tests load several)."""
+    path = ROOT / "function_app.py"
+    loaded = sys.modules.get("function_app")
+    if loaded is not None and Path(loaded.__file__ or "").resolve() == path:
+        return loaded
+    spec = importlib.util.spec_from_file_location("kernel_function_app", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -19,7 +19,7 @@ import pytest
 from api import mcp_tools
 from durable_host.server import client_binding_json
 from tests.app.conftest import kernel_env
-from tests.harness import ROOT, HostProcess, store_spec_for, wait_for
+from tests.harness import ROOT, HostProcess, kernel_function_app, store_spec_for, wait_for
 
 MCP_PATH = "/runtime/webhooks/mcp"
 
@@ -112,7 +112,7 @@ def test_bad_arguments_are_answered_as_errors_not_raised(host: HostProcess) -> N
 
 
 def test_the_mcp_tools_are_declared_with_their_arguments() -> None:
-    import function_app
+    function_app = kernel_function_app()
 
     tools = {
         f.get_function_name(): json.loads(b.tool_properties)

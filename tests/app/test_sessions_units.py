@@ -3,12 +3,9 @@ turn's outcome mapping, and the OpenAPI document against the routes the app serv
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
-from typing import Any
 
 import azure.durable_functions as df
 import azure.functions as func
@@ -22,6 +19,7 @@ from kernel.common import content
 from kernel.common.errors import ConflictError, ValidationError
 from kernel.session import reducer as core
 from orchestrators.agent_turn import accept_request, clip_inline, finish_commit, finish_status
+from tests.harness import kernel_function_app
 
 NOW = "2026-01-01T00:00:00Z"
 ROOT = Path(__file__).resolve().parents[2]
@@ -321,20 +319,6 @@ def test_a_deeply_nested_body_is_a_named_400_not_a_recursion_error():
             parse(deep)
         assert caught.value.code == "invalid_json"
         assert "deeper than 64" in caught.value.message
-
-
-def kernel_function_app() -> Any:
-    """The kernel's ``function_app`` module, even where a test app's module of that name was
-    imported first in this process (the unit tests load several)."""
-    path = Path(__file__).resolve().parents[2] / "function_app.py"
-    loaded = sys.modules.get("function_app")
-    if loaded is not None and Path(loaded.__file__ or "").resolve() == path:
-        return loaded
-    spec = importlib.util.spec_from_file_location("kernel_function_app", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_every_route_declares_the_level_docs_security_md_gives_it() -> None:
