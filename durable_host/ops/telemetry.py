@@ -474,31 +474,44 @@ async def extract_context(
         otel_context.detach(token)
 
 
+@contextmanager
+def _function_span(
+    state: _Telemetry, name: str, kind: SpanKind, attributes: dict[str, Any], **on_error: Any
+) -> Iterator[trace.Span]:
+    """The span around one app function's call: an exception marks it failed, with its type
+    (and ``on_error``'s attributes), and goes on."""
+    with state.tracer.start_as_current_span(
+        name,
+        kind=kind,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield span
+        except BaseException as exc:
+            span.set_attribute("error.type", type(exc).__qualname__)
+            for key, value in on_error.items():
+                span.set_attribute(key.replace("_", "."), value)
+            span.set_status(StatusCode.ERROR)
+            raise
+
+
 async def run_function(name: str, route: str, method: str, call: Awaitable[T]) -> T:
     """Await ``call`` (an app HTTP function) inside its SERVER span; the path and query are
     not recorded (a query may carry a key), only the route template."""
     state = _state
     if state is None:
         return await call
-    with state.tracer.start_as_current_span(
-        f"{method} {route}",
-        kind=SpanKind.SERVER,
-        attributes={
-            "http.request.method": method,
-            "http.route": route,
-            "faas.trigger": "http",
-            "faas.invoked_name": name,
-        },
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        try:
-            result = await call
-        except BaseException as exc:
-            span.set_attribute("error.type", type(exc).__qualname__)
-            span.set_attribute("http.response.status_code", 500)
-            span.set_status(StatusCode.ERROR)
-            raise
+    attributes = {
+        "http.request.method": method,
+        "http.route": route,
+        "faas.trigger": "http",
+        "faas.invoked_name": name,
+    }
+    errors = {"http_response_status_code": 500}
+    with _function_span(state, f"{method} {route}", SpanKind.SERVER, attributes, **errors) as span:
+        result = await call
         status = getattr(result, "status_code", None) or (204 if result is None else 200)
         span.set_attribute("http.response.status_code", int(status))
         if int(status) >= 500:
@@ -512,23 +525,10 @@ async def run_trigger(name: str, trigger: str, attributes: dict[str, Any], call:
     state = _state
     if state is None:
         return await call
-    with state.tracer.start_as_current_span(
-        f"{trigger} {name}",
-        kind=SpanKind.CONSUMER,
-        attributes={
-            "faas.trigger": "pubsub" if trigger == "queue" else "datasource",
-            "faas.invoked_name": name,
-            **attributes,
-        },
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        try:
-            return await call
-        except BaseException as exc:
-            span.set_attribute("error.type", type(exc).__qualname__)
-            span.set_status(StatusCode.ERROR)
-            raise
+    kind = "pubsub" if trigger == "queue" else "datasource"
+    attributes = {"faas.trigger": kind, "faas.invoked_name": name, **attributes}
+    with _function_span(state, f"{trigger} {name}", SpanKind.CONSUMER, attributes):
+        return await call
 
 
 async def run_mcp(method: str, target: str, function: str, call: Awaitable[T]) -> T:
@@ -538,23 +538,9 @@ async def run_mcp(method: str, target: str, function: str, call: Awaitable[T]) -
     state = _state
     if state is None:
         return await call
-    with state.tracer.start_as_current_span(
-        f"mcp {method} {target}",
-        kind=SpanKind.SERVER,
-        attributes={
-            "mcp.method.name": method,
-            "faas.trigger": "other",
-            "faas.invoked_name": function,
-        },
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        try:
-            result = await call
-        except BaseException as exc:
-            span.set_attribute("error.type", type(exc).__qualname__)
-            span.set_status(StatusCode.ERROR)
-            raise
+    attributes = {"mcp.method.name": method, "faas.trigger": "other", "faas.invoked_name": function}
+    with _function_span(state, f"mcp {method} {target}", SpanKind.SERVER, attributes) as span:
+        result = await call
         if isinstance(result, dict) and result.get("isError"):
             span.set_attribute("error.type", "tool_error")
             span.set_status(StatusCode.ERROR)
