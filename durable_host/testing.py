@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -59,12 +60,13 @@ class HostProcess:
             self.env.setdefault("DURABLE_HOST_HUB", "T" + uuid.uuid4().hex[:16])
 
     def default_log_path(self) -> Path:
-        """Beside a SQLite store's file; else in the app's ``.durable/logs`` folder, with the
-        host's other local state (its Azurite too): never the system temp folder."""
+        """Beside a SQLite store's file; else in the temporary folder of the process that runs
+        the host (under pytest, the run's own: the pytest plugin passes each test's
+        ``tmp_path`` instead). Never the app's folder: tests must not write into sources."""
         if self.store.startswith("sqlite:"):
             return Path(self.store.removeprefix("sqlite:") + ".log")
         hub = self.env.get("DURABLE_HOST_HUB", "hub")
-        return self.app_dir / ".durable" / "logs" / f"durable-host-{hub}.log"
+        return Path(tempfile.gettempdir()) / f"durable-host-{hub}.log"
 
     def start(self, faults: str | None = None, timeout: float = 30.0) -> HostProcess:
         env = {**os.environ, **self.env, "PYTHONPATH": str(PACKAGE_ROOT)}
