@@ -36,10 +36,10 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from activities.tool_env import Outcome, ToolEnv
+from activities.tool_env import Outcome, ToolEnv, stored_if_large
 from adapters import mcp_client
 from adapters.content_store import default_store
-from kernel.turn import mcp_catalogue
+from kernel.turn import mcp_catalogue, mcp_config
 from kernel.turn.mcp_config import McpConfigError, McpServer
 from kernel.turn.tools import ToolPolicy
 
@@ -133,6 +133,7 @@ async def check_mcp_call(job: dict[str, Any]) -> dict[str, Any]:
         "policy": _policy(tool, server),
         "on_interrupted": server.on_interrupted if server else "report",
         "max_attempts": server.max_attempts if server else 1,
+        "task_timeout_s": server.task_timeout_s if server else mcp_config.DEFAULT_TASK_TIMEOUT_S,
     }
 
 
@@ -169,14 +170,99 @@ async def run(job: Mapping[str, Any], env: ToolEnv) -> Outcome:
         return Outcome({"ok": False, "kind": "mcp_unavailable", "message": message})
     timeout_s = min(server.timeout_s, float(job.get("timeout_s") or server.timeout_s))
     called = await mcp_client.call_tool(
-        server, os.environ, tool["tool"], dict(job.get("arguments") or {}), timeout_s, env.progress
+        server,
+        os.environ,
+        tool["tool"],
+        dict(job.get("arguments") or {}),
+        timeout_s,
+        env.progress,
+        follow_tasks=server.transport == "http",
     )
     if not called["ok"]:
         return Outcome({k: called[k] for k in ("ok", "kind", "message")} | {"sent": called["sent"]})
+    if "task" in called:
+        # The handle is this attempt's outcome: saved in the ledger before the activity
+        # returns, so a crash from here on polls the task and never calls again.
+        handle = called["task"] | {"server": tool["server"], "tool": tool["tool"]}
+        return Outcome({"ok": True, "mcp_task": handle})
+    return Outcome(await _shaped(called["raw"]))
+
+
+async def _shaped(raw: Mapping[str, Any]) -> dict[str, Any]:
     shaped = mcp_catalogue.shape_result(
-        called["raw"], inline_bytes=INLINE_CONTENT_BYTES, max_bytes=MAX_RESULT_BYTES
+        raw, inline_bytes=INLINE_CONTENT_BYTES, max_bytes=MAX_RESULT_BYTES
     )
-    return Outcome(await asyncio.to_thread(_store_large, shaped))
+    return await asyncio.to_thread(_store_large, shaped)
+
+
+@bp.activity_trigger(input_name="job")
+async def poll_mcp_task(job: dict[str, Any]) -> dict[str, Any]:
+    """One ``tasks/get`` of an MCP call's task (``job``: ``mcp``, ``name``, ``task_id``,
+    ``session_id``, ``tool_task_id``, ``timeout_s``). ``{"status": "working" |
+    "input_required", "pollIntervalMs"?, "statusMessage"?}`` while it runs; ``{"status":
+    "done", "result"}`` once it ended (or the server no longer knows it); ``{"status":
+    "unreachable", "kind", "message"}`` when this poll failed (the next one asks again). The
+    task's status message is the tool task's live preview, never history."""
+    name, task_id = str(job["name"]), str(job["task_id"])
+    tool = mcp_catalogue.find(await catalogue_of(job), name)
+    server = _configured(tool["server"]) if tool else None
+    if tool is None or server is None:
+        message = f"{name} is no longer configured; its task {task_id} is not followed"
+        return {
+            "status": "done",
+            "result": {"ok": False, "kind": "mcp_unavailable", "message": message},
+        }
+    timeout_s = min(server.timeout_s, float(job.get("timeout_s") or server.timeout_s))
+    polled = await mcp_client.get_task(server, os.environ, task_id, timeout_s, tool["tool"])
+    if not polled["ok"]:
+        failure = {k: polled[k] for k in ("ok", "kind", "message")}
+        if polled["kind"] in ("mcp_task_lost", "invalid_result"):
+            return {"status": "done", "result": failure}
+        return {"status": "unreachable", "kind": polled["kind"], "message": polled["message"]}
+    status = polled["status"]
+    await _preview(
+        job,
+        f"{tool['tool']}: task {status}"
+        + (f": {polled['statusMessage']}" if polled.get("statusMessage") else ""),
+    )
+    if status == "completed":
+        result = await _shaped(polled.get("result") or {})
+        ref = await asyncio.to_thread(stored_if_large, result)
+        return {"status": "done", "result": result, "result_ref": ref}
+    if status in ("failed", "cancelled"):
+        error = polled.get("error") or {}
+        said = error.get("message") or polled.get("statusMessage") or "no reason given"
+        message = f"{tool['tool']} (task {task_id}) {status}: {said}"[:1000]
+        return {
+            "status": "done",
+            "result": {"ok": False, "kind": f"mcp_task_{status}", "message": message},
+        }
+    return {
+        "status": status,
+        **{k: polled[k] for k in ("pollIntervalMs", "statusMessage") if polled.get(k) is not None},
+    }
+
+
+@bp.activity_trigger(input_name="job")
+async def cancel_mcp_task(job: dict[str, Any]) -> dict[str, Any]:
+    """``tasks/cancel`` of an MCP call's task the kernel stopped following (best effort)."""
+    tool = mcp_catalogue.find(await catalogue_of(job), str(job["name"]))
+    server = _configured(tool["server"]) if tool else None
+    if server is None:
+        return {"cancelled": False}
+    done = await mcp_client.cancel_task(
+        server, os.environ, str(job["task_id"]), min(server.timeout_s, 30.0)
+    )
+    return {"cancelled": done}
+
+
+async def _preview(job: Mapping[str, Any], text: str) -> None:
+    from activities.tools import tool_progress  # it imports this module
+
+    writer = tool_progress(dict(job))
+    if writer is not None:
+        writer.update(text[:500])
+        await writer.aclose()
 
 
 def _store_large(result: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """What a tool function is handed and what it returns: the environment of one tool run
-(``ToolEnv``) and its ``Outcome``.
+(``ToolEnv``) and its ``Outcome``; ``stored_if_large(result)``, the content reference of a
+result above ``INLINE_RESULT_BYTES`` (None below).
 
 Its own module so that the tool families (``activities.tools``, ``activities.workspace_tools``)
 share them without importing each other.
@@ -7,13 +8,17 @@ share them without importing each other.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import azure.durable_functions as df
 
+from adapters.content_store import default_store
+
 Result = dict[str, Any]
+INLINE_RESULT_BYTES = 12 * 1024
 
 
 @dataclass(slots=True)
@@ -36,3 +41,8 @@ class ToolEnv:
     # What a running tool reports; a preview, lossy, never a result (see the module docstring).
     progress: Callable[[str], None] = no_progress
     task_id: str = ""  # the tool task: a workspace snapshot names the task that committed it
+
+
+def stored_if_large(result: Result) -> str | None:
+    text = json.dumps(result, sort_keys=True, ensure_ascii=False)
+    return default_store().put(text) if len(text.encode()) > INLINE_RESULT_BYTES else None

@@ -21,7 +21,7 @@ Returns ``{"status": "done" | "interrupted" | "leased", "result", "documents", "
 "runs", "reused", "retry_after"}``. ``result`` is ``{"ok": true, ...}`` or
 ``{"ok": false, "kind", "message"}``. ``documents`` are the session document changes a note tool
 asks for: the tool task commits them together with "tool completed", so they apply exactly
-once. A result above ``INLINE_RESULT_BYTES`` is stored in the content store and returned as
+once. A result above ``tool_env.INLINE_RESULT_BYTES`` is stored in the content store and returned as
 ``result_ref`` as well. A tool slower than ``timeout_s`` gives ``{"ok": false, "kind":
 "timeout"}``; its record keeps its lease until the tool really ends.
 
@@ -49,7 +49,6 @@ process (a ``tool_error``), for the retries and failure handlers of the catalogu
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import socket
@@ -64,18 +63,16 @@ import azure.durable_functions as df
 from activities import mcp as mcp_tools
 from activities import skills as skill_activities
 from activities import workspace_tools
-from activities.tool_env import Outcome, Result, ToolEnv, ToolFn, no_progress
+from activities.tool_env import Outcome, Result, ToolEnv, ToolFn, no_progress, stored_if_large
 from adapters import previews as preview_store
 from adapters import telemetry
 from adapters.attempt_ledger import AttemptLedger, LeaseLost, attempt_state, default_ledger
-from adapters.content_store import default_store
 from entities import session_pages
 from kernel.session import previews as preview_rules
 from kernel.turn import calculator, mcp_catalogue, tools
 from kernel.turn.policy import replay_decision
 
 bp = df.Blueprint()
-INLINE_RESULT_BYTES = 12 * 1024
 
 
 @bp.activity_trigger(input_name="job")
@@ -183,7 +180,7 @@ async def _run(
         "status": "done",
         "result": outcome.result,
         "documents": outcome.documents,
-        "result_ref": await asyncio.to_thread(_stored_if_large, outcome.result),
+        "result_ref": await asyncio.to_thread(stored_if_large, outcome.result),
     }
     try:
         saved = await asyncio.to_thread(ledger.complete, key, payload, owner)
@@ -227,11 +224,6 @@ async def _call(name: str, arguments: dict[str, Any], env: ToolEnv) -> Outcome:
         )
     raise_point(f"tool.raise.{name}")
     return await run(arguments, env)
-
-
-def _stored_if_large(result: Result) -> str | None:
-    text = json.dumps(result, sort_keys=True, ensure_ascii=False)
-    return default_store().put(text) if len(text.encode()) > INLINE_RESULT_BYTES else None
 
 
 # --- the built-in tools -------------------------------------------------------------------------

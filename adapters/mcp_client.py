@@ -19,7 +19,17 @@ and the histories).
   ``mcp_timeout`` (no answer within ``timeout_s``), ``mcp_lost`` (the connection broke after
   the call was sent: it may have had its effect), ``mcp_error`` (the server answered with a
   protocol error) or ``invalid_result`` (the answer breaks the tool's own output schema).
-  Progress notifications go to ``on_progress(text)``, never into the result.
+  Progress notifications go to ``on_progress(text)``, never into the result. With
+  ``follow_tasks`` (Streamable HTTP servers) the client advertises MCP tasks
+  (``adapters/mcp_tasks.py``); a call the server runs as a task answers ``{"ok": True,
+  "task": <handle>}`` at once.
+* ``get_task(server, settings, task_id, timeout_s)``: one ``tasks/get``: ``{"ok": True,
+  "status", "result"?, "error"?, "statusMessage"?, "pollIntervalMs"?}`` or ``{"ok": False,
+  "kind", "message"}`` with ``kind`` ``mcp_unavailable``, ``mcp_timeout``, ``mcp_task_lost``
+  (the server does not know the task: it was forgotten, or the server restarted),
+  ``mcp_error`` or ``invalid_result``.
+* ``cancel_task(server, settings, task_id, timeout_s)``: one ``tasks/cancel``; ``True`` when
+  the server took it.
 
 Secrets: ``%NAME%`` values are resolved from ``settings`` only here, at connection time, and
 every message this module returns has the resolved values masked, so an error that echoes a
@@ -29,6 +39,7 @@ header cannot carry it into a history or a log.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import sys
@@ -86,6 +97,12 @@ def _masked(text: str, server: McpServer, settings: Mapping[str, str]) -> str:
     return text
 
 
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_describe(inner) for inner in exc.exceptions[:3])
@@ -129,10 +146,15 @@ async def call_tool(
     arguments: dict[str, Any],
     timeout_s: float,
     on_progress: Callable[[str], None] | None = None,
+    follow_tasks: bool = False,
 ) -> dict[str, Any]:
     """One ``tools/call``; see the module docstring for the answer's kinds."""
     from mcp import Client
     from mcp.shared.exceptions import MCPError
+    from mcp_types import CallToolResult
+    from mcp_types.jsonrpc import HEADER_MISMATCH
+
+    from adapters import mcp_tasks
 
     sent = False
 
@@ -149,11 +171,32 @@ async def call_tool(
             "sent": sent,
         }
 
+    extensions = [mcp_tasks.extension()] if follow_tasks else []
     try:
         async with asyncio.timeout(timeout_s):
-            async with Client(_transport(server, settings)) as client:
+            async with Client(_transport(server, settings), extensions=extensions) as client:
                 sent = True
-                result = await client.call_tool(tool, arguments, progress_callback=progress)
+                call = functools.partial(
+                    client.session.call_tool,
+                    tool,
+                    arguments,
+                    progress_callback=progress,
+                    allow_claimed=True,
+                )
+                try:
+                    result = await call()
+                except MCPError as exc:
+                    if exc.code != HEADER_MISMATCH:
+                        raise
+                    # A 2026-07-28 server refuses a call of a tool this connection has not
+                    # listed (the call did not run): list, then call once more.
+                    await client.list_tools()
+                    result = await call()
+                task = mcp_tasks.handle(result)
+                if task is not None:
+                    return {"ok": True, "task": task}
+                if not isinstance(result, CallToolResult):
+                    return failed("invalid_result", f"{server.name}: {tool}: not a tool result")
                 raw = result.model_dump(mode="json", by_alias=True, exclude_none=True)
                 return {"ok": True, "raw": raw}
     except McpConfigError as exc:
@@ -176,6 +219,74 @@ async def call_tool(
     except Exception as exc:  # noqa: BLE001 - a broken server is a result the model reads
         kind = "mcp_lost" if sent else "mcp_unavailable"
         return failed(kind, f"{server.name}: {_describe(exc)}")
+
+
+async def get_task(
+    server: McpServer, settings: Mapping[str, str], task_id: str, timeout_s: float, tool: str
+) -> dict[str, Any]:
+    """One ``tasks/get`` of ``tool``'s task; a completed task's result is checked against
+    the tool's output schema as a direct call's is."""
+    from mcp import Client
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import INVALID_PARAMS, CallToolResult
+
+    from adapters import mcp_tasks
+
+    def failed(kind: str, message: str) -> dict[str, Any]:
+        return {"ok": False, "kind": kind, "message": _masked(message, server, settings)[:500]}
+
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with Client(
+                _transport(server, settings), extensions=[mcp_tasks.extension()]
+            ) as client:
+                state = await mcp_tasks.get(client.session, task_id, timeout_s)
+                raw = state.get("result")
+                if state["status"] == "completed" and raw is not None:
+                    result = CallToolResult.model_validate(raw)
+                    if not result.is_error:
+                        await client.session.validate_tool_result(tool, result)
+                    state["result"] = result.model_dump(
+                        mode="json", by_alias=True, exclude_none=True
+                    )
+                return {"ok": True, **state}
+    except TimeoutError:
+        return failed(
+            "mcp_timeout", f"{server.name} did not answer tasks/get within {timeout_s:g} s"
+        )
+    except Exception as caught:  # noqa: BLE001 - a server that is down is a poll to repeat
+        exc = _leaf(caught)  # the SDK's task groups wrap what the server said
+        if isinstance(exc, McpConfigError):
+            return failed("mcp_unavailable", str(exc))
+        if isinstance(exc, ValidationError):
+            return failed("invalid_result", f"{server.name}: task {task_id}: {exc}")
+        if isinstance(exc, MCPError) and exc.code == INVALID_PARAMS:
+            return failed(
+                "mcp_task_lost", f"{server.name} does not know task {task_id}: {exc.message}"
+            )
+        if isinstance(exc, MCPError):
+            return failed("mcp_error", f"{server.name} refused tasks/get: {exc.message}")
+        if isinstance(exc, RuntimeError) and ("schema" in str(exc) or "structured" in str(exc)):
+            return failed("invalid_result", f"{server.name}: {tool}: {exc}")
+        return failed("mcp_unavailable", f"{server.name}: {_describe(exc)}")
+
+
+async def cancel_task(
+    server: McpServer, settings: Mapping[str, str], task_id: str, timeout_s: float
+) -> bool:
+    from mcp import Client
+
+    from adapters import mcp_tasks
+
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with Client(
+                _transport(server, settings), extensions=[mcp_tasks.extension()]
+            ) as client:
+                await mcp_tasks.cancel(client.session, task_id, timeout_s)
+                return True
+    except Exception:  # noqa: BLE001 - best effort: the task ends by its own TTL otherwise
+        return False
 
 
 def dumps(value: Any) -> str:

@@ -20,6 +20,15 @@ turn's catalogue (``activities/mcp.py``). It keeps the tool task's three facts a
    arguments, event ``operator:{task}:{n}``): the operator's ``retry`` sends it once more under
    the next attempt record, ``abort`` (or nobody within ``AGENT_ATTENTION_TIMEOUT_S``) ends it
    as ``interrupted``.
+   A call the server runs as an MCP task (``adapters/mcp_tasks.py``) answers with the task's
+   handle, which the ledger holds as the attempt's outcome: from then on the call is never
+   sent again. The task is polled (``poll_mcp_task``) on durable timers, at the server's
+   ``pollIntervalMs`` (within ``MIN_POLL_S``..``MAX_POLL_S``; a poll that cannot reach the
+   server backs off, doubling), until it ends - its result is the call's - or until the
+   server's ``taskTimeoutS`` from its start, when it is cancelled (``cancel_mcp_task``) and
+   the call is an ``mcp_task_timeout`` (not tried again: it had all that time). A task that asks for input is cancelled too: the kernel
+   has no one to ask (``mcp_input_required``). A task the server no longer knows is
+   ``mcp_task_lost``; for a safe tool that is tried again like a lost connection.
 4. **tool completed** and 5. **result applied**: as ``tool_task``.
 """
 
@@ -47,11 +56,14 @@ from orchestrators.tool_task import (
 
 bp = df.Blueprint()
 Gen = Generator[Any, Any, Any]
-RETRY_KINDS = frozenset({"mcp_unavailable", "mcp_timeout", "mcp_lost"})
+RETRY_KINDS = frozenset({"mcp_unavailable", "mcp_timeout", "mcp_lost", "mcp_task_lost"})
 FIRST_RETRY_S = 1.0
 MAX_RETRY_S = 30.0
 MAX_LEASE_WAITS = 30
 MAX_PARKS = 10
+MIN_POLL_S = 0.5
+MAX_POLL_S = 60.0
+MAX_TASK_POLLS = 5000  # bounds the loop whatever the settings; the deadline ends it first
 
 
 @bp.orchestration_trigger(context_name="context")
@@ -111,6 +123,9 @@ def execute(context: df.DurableOrchestrationContext, tool: ToolJob, checked: dic
     attempt, parks = 1, 0
     while True:
         ran = yield from run_attempt(context, tool, checked, attempt)
+        handle = ran.result.get("mcp_task") if ran.result.get("ok") else None
+        if isinstance(handle, dict):
+            ran = yield from follow(context, tool, checked, handle, ran)
         kind = ran.result.get("kind")
         if kind == "interrupted" and checked["on_interrupted"] == "attention" and parks < MAX_PARKS:
             parks += 1
@@ -239,3 +254,80 @@ def park(
         tool.commit(tasks=[{"id": tool.task_id, "status": TaskStatus.RUNNING, "phase": "execute"}]),
     )
     return decision
+
+
+def poll_delay(interval_ms: object, failures: int) -> float:
+    """Seconds to the next poll: the server's interval within bounds, or back-off after
+    ``failures`` polls in a row that could not reach it."""
+    if failures:
+        return min(MAX_POLL_S, 2.0**failures)
+    if isinstance(interval_ms, int | float) and not isinstance(interval_ms, bool):
+        return min(MAX_POLL_S, max(MIN_POLL_S, float(interval_ms) / 1000.0))
+    return 1.0
+
+
+def follow(
+    context: df.DurableOrchestrationContext,
+    tool: ToolJob,
+    checked: dict[str, Any],
+    handle: dict[str, Any],
+    ran: Ran,
+) -> Gen:
+    """Poll the server's task until it ends, asks for input, or its time is up. A ``Ran``."""
+    task_id = str(handle["taskId"])
+    yield context.call_entity(
+        tool.entity,
+        "commit",
+        tool.commit(
+            tasks=[
+                {
+                    "id": tool.task_id,
+                    "status": TaskStatus.RUNNING,
+                    "phase": "mcp_task",
+                    "reason": f"{checked['server']} runs {checked['tool']} as its task {task_id}"[
+                        :1000
+                    ],
+                }
+            ]
+        ),
+    )
+    timeout_s = float(checked.get("task_timeout_s") or 3600)
+    deadline = context.current_utc_datetime + timedelta(seconds=timeout_s)
+    job = {
+        "mcp": tool.job.get("mcp") or {},
+        "name": tool.name,
+        "task_id": task_id,
+        "session_id": tool.job["session_id"],
+        "tool_task_id": tool.task_id,
+        "timeout_s": tool.limits.tool_timeout_s,
+    }
+    status, interval, failures = str(handle.get("status")), handle.get("pollIntervalMs"), 0
+    for polls in range(MAX_TASK_POLLS):
+        if context.current_utc_datetime >= deadline:
+            break
+        set_status(context, "execute", tool=tool.name, mcp_task=task_id, task=status, polls=polls)
+        wake = context.current_utc_datetime + timedelta(seconds=poll_delay(interval, failures))
+        yield context.create_timer(min(wake, deadline))
+        try:
+            polled = yield context.call_activity("poll_mcp_task", job)
+        except Exception as exc:  # noqa: BLE001 - a failed poll is asked again
+            polled = {"status": "unreachable", "kind": "tool_error", "message": str(exc)[:500]}
+        if polled["status"] == "done":
+            return Ran(polled["result"], [], polled.get("result_ref"), ran.runs)
+        if polled["status"] == "input_required":
+            yield context.call_activity("cancel_mcp_task", job)
+            message = (
+                f"{checked['tool']} (task {task_id}) asked for input, which this agent cannot "
+                "give; the task was cancelled"
+            )
+            return Ran(
+                {"ok": False, "kind": "mcp_input_required", "message": message}, [], None, ran.runs
+            )
+        failures = failures + 1 if polled["status"] == "unreachable" else 0
+        status, interval = str(polled["status"]), polled.get("pollIntervalMs", interval)
+    yield context.call_activity("cancel_mcp_task", job)
+    message = (
+        f"{checked['tool']} (task {task_id}) did not end within {timeout_s:g} s "
+        "(the server's taskTimeoutS); it was cancelled"
+    )
+    return Ran({"ok": False, "kind": "mcp_task_timeout", "message": message}, [], None, ran.runs)

@@ -21,7 +21,9 @@ Kernel fields, all optional:
   or aborts it);
 * ``timeoutS``: the time limit of one call to this server (default 60, at most the turn's
   ``AGENT_TOOL_TIMEOUT_S``);
-* ``maxAttempts``: tries of a ``safe`` tool whose server is down or too slow (default 3).
+* ``maxAttempts``: tries of a ``safe`` tool whose server is down or too slow (default 3);
+* ``taskTimeoutS``: how long a call the server runs as an MCP task may take, polls included
+  (default 3600); then the kernel cancels the task and the call is an ``mcp_task_timeout``.
 
 Secrets: a value of ``env`` or ``headers`` written ``%NAME%`` (whole or inside a longer value)
 is the app setting ``NAME``, read when the server is reached (``resolve``), never stored: the
@@ -48,12 +50,13 @@ SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,24}")
 PLACEHOLDER = re.compile(r"%([A-Za-z_][A-Za-z0-9_]*)%")
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_ATTEMPTS = 3
+DEFAULT_TASK_TIMEOUT_S = 3600.0
 Transport = Literal["stdio", "http"]
 OnInterrupted = Literal["report", "attention"]
 _TYPES: dict[str, Transport] = {"stdio": "stdio", "http": "http", "streamable-http": "http"}
 _STDIO_FIELDS = {"command", "args", "env", "cwd"}
 _HTTP_FIELDS = {"url", "headers"}
-_KERNEL_FIELDS = {"type", "replay", "onInterrupted", "timeoutS", "maxAttempts"}
+_KERNEL_FIELDS = {"type", "replay", "onInterrupted", "timeoutS", "maxAttempts", "taskTimeoutS"}
 
 
 class McpConfigError(ValueError):
@@ -90,6 +93,7 @@ class McpServer:
     on_interrupted: OnInterrupted = "report"
     timeout_s: float = DEFAULT_TIMEOUT_S
     max_attempts: int = DEFAULT_ATTEMPTS
+    task_timeout_s: float = DEFAULT_TASK_TIMEOUT_S
 
     def resolve(self, settings: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
         """``(env, headers)`` with every ``%NAME%`` replaced by the app setting ``NAME``; a
@@ -151,6 +155,7 @@ def _server(name: str, spec: object) -> McpServer:
         "on_interrupted": _choice(name, "onInterrupted", spec, ("report", "attention")),
         "timeout_s": _number(name, "timeoutS", spec, DEFAULT_TIMEOUT_S),
         "max_attempts": int(_number(name, "maxAttempts", spec, DEFAULT_ATTEMPTS, whole=True)),
+        "task_timeout_s": _number(name, "taskTimeoutS", spec, DEFAULT_TASK_TIMEOUT_S),
     }
     if transport == "http":
         url = spec.get("url")

@@ -17,7 +17,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +62,14 @@ def free_port() -> int:
 
 
 class HttpServer:
-    """``tests/app/mcp_http_server.py`` as a process on 127.0.0.1 (``url`` once started)."""
+    """``tests/app/mcp_http_server.py`` (or another ``script`` of this folder taking the same
+    settings, such as ``mcp_task_server.py``) as a process on 127.0.0.1 (``url`` once
+    started)."""
 
-    def __init__(self, folder: Path, token: str, variant: str = "v1") -> None:
+    def __init__(
+        self, folder: Path, token: str, variant: str = "v1", script: str = "mcp_http_server.py"
+    ) -> None:
+        self.script = script
         self.folder = folder
         self.token = token
         self.variant = variant
@@ -84,7 +88,7 @@ class HttpServer:
         }
         log = open(self.folder / "server.log", "ab")  # noqa: SIM115 - the process keeps it
         self.process = subprocess.Popen(
-            [sys.executable, str(HERE / "mcp_http_server.py"), str(self.port)],
+            [sys.executable, str(HERE / self.script), str(self.port)],
             env=env,
             stdout=log,
             stderr=log,
@@ -117,4 +121,3 @@ class HttpServer:
 
 def wait_file(path: Path, timeout: float = 60) -> None:
     wait_for(lambda: path.exists(), timeout, f"{path.name} to appear", interval=0.05)
-    time.sleep(0)

@@ -29,6 +29,7 @@ def test_stdio_and_http_servers_with_their_kernel_fields() -> None:
                 "url": "https://mcp.example.com/mcp",
                 "headers": {"Authorization": "Bearer %DOCS_TOKEN%"},
                 "timeoutS": 5,
+                "taskTimeoutS": 120,
             },
         )
     )
@@ -50,6 +51,7 @@ def test_stdio_and_http_servers_with_their_kernel_fields() -> None:
         5.0,
         "report",
     )
+    assert (docs.task_timeout_s, git.task_timeout_s) == (120.0, 3600.0)
 
 
 def test_an_empty_setting_is_no_server() -> None:
@@ -69,6 +71,8 @@ def test_an_empty_setting_is_no_server() -> None:
         ({"web": {"url": "http://x", "replay": {"t": "maybe"}}}, "web", "replay.t"),
         ({"web": {"url": "http://x", "onInterrupted": "retry"}}, "web", "onInterrupted"),
         ({"web": {"url": "http://x", "timeoutS": 0}}, "web", "timeoutS"),
+        ({"web": {"url": "http://x", "taskTimeoutS": "1h"}}, "web", "taskTimeoutS"),
+        ({"web": {"url": "http://x", "taskTimeoutS": 1e9}}, "web", "taskTimeoutS"),
         ({"web": {"url": "http://x", "type": "stdio"}}, "web", "type"),
         ({"web": {"url": "http://x", "colour": "red"}}, "web", "colour"),
         ({"a__b": {"url": "http://x"}}, "a__b", None),
