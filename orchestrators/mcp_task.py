@@ -147,20 +147,8 @@ def execute(context: df.DurableOrchestrationContext, tool: ToolJob, checked: dic
         if not retry:
             return ran
         delay = min(MAX_RETRY_S, FIRST_RETRY_S * 2.0 ** (attempt - 1))
-        yield context.call_entity(
-            tool.entity,
-            "commit",
-            tool.commit(
-                tasks=[
-                    {
-                        "id": tool.task_id,
-                        "status": TaskStatus.RUNNING,
-                        "phase": f"retry {attempt + 1}",
-                        "reason": f"{kind}: {ran.result.get('message')}"[:1000],
-                    }
-                ]
-            ),
-        )
+        reason = f"{kind}: {ran.result.get('message')}"
+        yield phase(context, tool, TaskStatus.RUNNING, f"retry {attempt + 1}", reason)
         set_status(context, "execute", tool=tool.name, retry=attempt + 1, after_s=delay)
         yield context.create_timer(context.current_utc_datetime + timedelta(seconds=delay))
         attempt += 1
@@ -220,20 +208,7 @@ def park(
         f"interrupted: {checked['tool']} of the MCP server {checked['server']} with "
         f"{arguments[:300]} may or may not have run; retry sends it again, abort ends it"
     )
-    yield context.call_entity(
-        tool.entity,
-        "commit",
-        tool.commit(
-            tasks=[
-                {
-                    "id": tool.task_id,
-                    "status": TaskStatus.NEEDS_ATTENTION,
-                    "phase": "interrupted",
-                    "reason": reason[:1000],
-                }
-            ]
-        ),
-    )
+    yield phase(context, tool, TaskStatus.NEEDS_ATTENTION, "interrupted", reason)
     set_status(
         context,
         "needs_attention",
@@ -248,12 +223,22 @@ def park(
     decision = event_payload(raised) if decided else {"action": "timeout"}
     operator = {"request_id": decision.get("requestId"), "action": decision.get("action")}
     set_status(context, "execute", tool=tool.name, operator=operator)
-    yield context.call_entity(
-        tool.entity,
-        "commit",
-        tool.commit(tasks=[{"id": tool.task_id, "status": TaskStatus.RUNNING, "phase": "execute"}]),
-    )
+    yield phase(context, tool, TaskStatus.RUNNING, "execute")
     return decision
+
+
+def phase(
+    context: df.DurableOrchestrationContext,
+    tool: ToolJob,
+    status: TaskStatus,
+    name: str,
+    reason: str | None = None,
+) -> Any:
+    """The session entity's commit of the tool task's status and phase (a task to yield)."""
+    task: dict[str, Any] = {"id": tool.task_id, "status": status, "phase": name}
+    if reason is not None:
+        task["reason"] = reason[:1000]
+    return context.call_entity(tool.entity, "commit", tool.commit(tasks=[task]))
 
 
 def poll_delay(interval_ms: object, failures: int) -> float:
@@ -275,22 +260,8 @@ def follow(
 ) -> Gen:
     """Poll the server's task until it ends, asks for input, or its time is up. A ``Ran``."""
     task_id = str(handle["taskId"])
-    yield context.call_entity(
-        tool.entity,
-        "commit",
-        tool.commit(
-            tasks=[
-                {
-                    "id": tool.task_id,
-                    "status": TaskStatus.RUNNING,
-                    "phase": "mcp_task",
-                    "reason": f"{checked['server']} runs {checked['tool']} as its task {task_id}"[
-                        :1000
-                    ],
-                }
-            ]
-        ),
-    )
+    reason = f"{checked['server']} runs {checked['tool']} as its task {task_id}"
+    yield phase(context, tool, TaskStatus.RUNNING, "mcp_task", reason)
     timeout_s = float(checked.get("task_timeout_s") or 3600)
     deadline = context.current_utc_datetime + timedelta(seconds=timeout_s)
     job = {
