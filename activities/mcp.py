@@ -11,6 +11,8 @@
   "on_interrupted", "max_attempts", "server", "tool"}`` or ``{"ok": False, "error": <the
   kernel's tool error envelope>}``: unknown tool, not allowed, or arguments that break the
   tool's input schema. Nothing is sent to the server before this passes.
+* ``poll_mcp_task`` and ``cancel_mcp_task`` (activities): one ``tasks/get`` of a call the
+  server runs as an MCP task, and its ``tasks/cancel`` (``orchestrators/mcp_task.py``).
 * ``current_policy(job)`` and ``run(job, env)``: what ``execute_tool`` asks for an MCP tool:
   its replay policy now (the recorded annotations under the configuration in force now) and one
   call, under the server's time limit, its result shaped for the model with large content put
@@ -196,13 +198,23 @@ async def _shaped(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @bp.activity_trigger(input_name="job")
-async def poll_mcp_task(job: dict[str, Any]) -> dict[str, Any]:
+@bp.durable_client_input(client_name="client")
+async def poll_mcp_task(
+    job: dict[str, Any], client: df.DurableOrchestrationClient
+) -> dict[str, Any]:
     """One ``tasks/get`` of an MCP call's task (``job``: ``mcp``, ``name``, ``task_id``,
-    ``session_id``, ``tool_task_id``, ``timeout_s``). ``{"status": "working" |
-    "input_required", "pollIntervalMs"?, "statusMessage"?}`` while it runs; ``{"status":
-    "done", "result"}`` once it ended (or the server no longer knows it); ``{"status":
-    "unreachable", "kind", "message"}`` when this poll failed (the next one asks again). The
-    task's status message is the tool task's live preview, never history."""
+    ``session_id``, ``submission_id``, ``tool_task_id``, ``timeout_s``). ``{"status":
+    "working" | "input_required", "pollIntervalMs"?, "statusMessage"?}`` while it runs;
+    ``{"status": "done", "result"}`` once it ended (or the server no longer knows it);
+    ``{"status": "unreachable", "kind", "message"}`` when this poll failed (the next one asks
+    again); ``{"status": "cancel_requested", "reason"}`` when the submission was cancelled
+    (or ended) meanwhile, without asking the server. The task's status message is the tool
+    task's live preview, never history."""
+    from activities.model_background import cancel_requested  # the same rule as a model's wait
+
+    cancel = await cancel_requested(client, str(job["session_id"]), str(job["submission_id"]))
+    if cancel is not None:
+        return {"status": "cancel_requested", "reason": cancel}
     name, task_id = str(job["name"]), str(job["task_id"])
     tool = mcp_catalogue.find(await catalogue_of(job), name)
     server = _configured(tool["server"]) if tool else None

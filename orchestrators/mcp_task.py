@@ -24,10 +24,11 @@ turn's catalogue (``activities/mcp.py``). It keeps the tool task's three facts a
    handle, which the ledger holds as the attempt's outcome: from then on the call is never
    sent again. The task is polled (``poll_mcp_task``) on durable timers, at the server's
    ``pollIntervalMs`` (within ``MIN_POLL_S``..``MAX_POLL_S``; a poll that cannot reach the
-   server backs off, doubling), until it ends - its result is the call's - or until the
-   server's ``taskTimeoutS`` from its start, when it is cancelled (``cancel_mcp_task``) and
-   the call is an ``mcp_task_timeout`` (not tried again: it had all that time). A task that asks for input is cancelled too: the kernel
-   has no one to ask (``mcp_input_required``). A task the server no longer knows is
+   server backs off, doubling), until it ends - its result is the call's. It is cancelled
+   (``cancel_mcp_task``) when the server's ``taskTimeoutS`` from its start has passed
+   (``mcp_task_timeout``, not tried again: it had all that time), when it asks for input (the
+   kernel has no one to ask: ``mcp_input_required``), and when the submission was cancelled
+   meanwhile (seen at the next poll: ``cancelled``). A task the server no longer knows is
    ``mcp_task_lost``; for a safe tool that is tried again like a lost connection.
 4. **tool completed** and 5. **result applied**: as ``tool_task``.
 """
@@ -269,6 +270,7 @@ def follow(
         "name": tool.name,
         "task_id": task_id,
         "session_id": tool.job["session_id"],
+        "submission_id": tool.submission_id,
         "tool_task_id": tool.task_id,
         "timeout_s": tool.limits.tool_timeout_s,
     }
@@ -285,6 +287,10 @@ def follow(
             polled = {"status": "unreachable", "kind": "tool_error", "message": str(exc)[:500]}
         if polled["status"] == "done":
             return Ran(polled["result"], [], polled.get("result_ref"), ran.runs)
+        if polled["status"] == "cancel_requested":
+            yield context.call_activity("cancel_mcp_task", job)
+            message = f"{checked['tool']} (task {task_id}) was cancelled: {polled['reason']}"
+            return Ran({"ok": False, "kind": "cancelled", "message": message}, [], None, ran.runs)
         if polled["status"] == "input_required":
             yield context.call_activity("cancel_mcp_task", job)
             message = (

@@ -75,6 +75,7 @@ RETRYABLE_KINDS = frozenset({"tool_error"})  # the tool raised: another try may 
 FINAL_BY_KIND: dict[Any, TaskStatus] = {
     "interrupted": TaskStatus.INTERRUPTED,
     "rejected": TaskStatus.CANCELLED,
+    "cancelled": TaskStatus.CANCELLED,  # an MCP task stopped by the turn's cancel
 }
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.app.mcp_support import HttpServer, config, wait_file
 from tests.app.turn_support import custom_status, entries_of, submit, view, wait_final
-from tests.harness import HostProcess, wait_for
+from tests.harness import WEBHOOK, HostProcess, wait_for
 
 long = pytest.mark.skipif(
     not os.environ.get("KERNEL_MCP_LONG"), reason="a long MCP test: KERNEL_MCP_LONG=1 runs it"
@@ -126,4 +126,29 @@ def test_a_task_the_server_forgot_is_lost_and_a_non_idempotent_call_is_not_sent_
     [result] = results(host)
     assert result["kind"] == "mcp_task_lost", result
     assert final["answer"].startswith("mcp__t__build did not complete (mcp_task_lost)")
+    assert server.calls("build") == 1
+
+
+@long
+def test_a_turn_cancelled_while_the_server_runs_its_task_cancels_the_task(
+    fresh_kernel_host, server
+):
+    host = task_host(fresh_kernel_host, server).start()
+    arrived = server.hold("build")
+    sub = submit(host, SESSION, 'call mcp__t__build with {"name": "d"}')
+    wait_file(arrived)
+    following(host, f"{sub}:tool:1:0")
+
+    signalled = host.post(
+        f"{WEBHOOK}/entities/session/{SESSION}?op=cancel",
+        {"submission_id": sub, "reason": "the user left"},
+    )
+    assert signalled.status == 202, signalled.body
+    final = wait_final(host, SESSION, sub)
+
+    assert final["status"] == "cancelled"
+    wait_for(lambda: (server.folder / "build.cancelled").exists(), 30, "the server's cancel")
+    [result] = results(host)
+    assert result["kind"] == "cancelled" and "the user left" in result["message"]
+    assert view(host, SESSION)["tasks"][f"{sub}:tool:1:0"]["status"] == "cancelled"
     assert server.calls("build") == 1
