@@ -19,6 +19,13 @@
   observer that stalled sees the tokens changed when it looks again, so only the observed
   member's stall counts. A member judged dead stays so (for a claim check) until it beats
   again, or for an hour.
+* ``StoreTime`` and ``fresh``: which heartbeats have not expired, and how old a claim is,
+  are judged on the store's clock, never on a host's wall clock (which may be an hour
+  off). A host reads the store's clock from what the store stamps on its own writes (the
+  Last-Modified of its heartbeat blob on Azure), carries the reading forward on its
+  monotonic clock, and compares it with stamps the store wrote too (another heartbeat's
+  Last-Modified, a claimed work item's Timestamp). PostgreSQL needs neither: its
+  statements compare with the server's ``clock_timestamp()`` themselves.
 * Versions side by side (``docs/versioning.md``, "Side by side on the Azure store"): a
   partition holds instances of every version, and its owner may run only those its
   version policy allows. ``handovers`` picks the partitions a member hands to a live member
@@ -230,3 +237,38 @@ class Silence:
     def is_dead(self, member: str) -> bool:
         """Judged dead by a listing and not seen beating since (claims of it do not count)."""
         return member in self._dead
+
+
+class StoreTime:
+    """The store's clock as this host reads it (see the module docstring): the last
+    reading, carried forward on the monotonic clock. ``now`` is None before a reading."""
+
+    def __init__(self) -> None:
+        self._reading: tuple[float, float] | None = None  # (store seconds, monotonic)
+
+    def read(self, stamped: float, sent: float, answered: float, resolution: float = 1.0) -> None:
+        """A write sent at ``sent`` and answered at ``answered`` (monotonic seconds) was
+        stamped ``stamped`` by the store, truncated to ``resolution`` seconds: the store's
+        time was ``stamped + resolution / 2`` (within half the resolution) halfway through
+        the request (within half its round trip)."""
+        self._reading = (stamped + resolution / 2, (sent + answered) / 2)
+
+    def now(self, monotonic: float) -> float | None:
+        """The store's time at this host's ``monotonic`` time (None: never read)."""
+        if self._reading is None:
+            return None
+        stamped, at = self._reading
+        return stamped + (monotonic - at)
+
+
+def fresh(beats: Mapping[str, tuple[float, float]], now: float | None) -> set[str]:
+    """The members whose heartbeat has not expired: ``beats`` maps a member to (when the
+    store stamped its last heartbeat, its time to live), ``now`` is the store's time as
+    ``StoreTime`` reads it; without a reading, the newest stamp listed stands for it (a
+    lower bound of the store's time: it may keep an expired member a while, never drop a
+    live one)."""
+    if not beats:
+        return set()
+    if now is None:
+        now = max(stamped for stamped, _ttl in beats.values())
+    return {m for m, (stamped, ttl) in beats.items() if stamped + ttl >= now}

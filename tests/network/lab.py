@@ -187,11 +187,15 @@ class Lab:
         self.hosts.append(host)
         return host
 
-    def wrapper(self, netns: str, program: str = sys.executable) -> Path:
+    def wrapper(
+        self, netns: str, program: str = sys.executable, *, path_first: Path | None = None
+    ) -> Path:
         """An executable that runs ``program`` inside ``netns`` (for ``HostProcess.python``
-        and the like, which take one path)."""
-        path = self.tmp / f"in-{netns}-{Path(program).name}"
-        path.write_text(f'#!/bin/sh\nexec ip netns exec {netns} {program} "$@"\n')
+        and the like, which take one path); ``path_first``: a folder put first on its
+        ``PYTHONPATH`` (e.g. for a ``sitecustomize``)."""
+        path = self.tmp / f"in-{netns}-{Path(program).name}{'-site' if path_first else ''}"
+        env = f'PYTHONPATH="{path_first}:$PYTHONPATH" ' if path_first else ""
+        path.write_text(f'#!/bin/sh\n{env}exec ip netns exec {netns} {program} "$@"\n')
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
         return path
 

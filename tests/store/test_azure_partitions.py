@@ -284,3 +284,39 @@ def test_activity_work_is_anyones_unless_a_live_host_claims_it(azurite_connectio
             await a.close()
 
     asyncio.run(body())
+
+
+def test_heartbeats_expire_on_the_service_clock_whatever_the_writers_wall_clock(
+    azurite_connection,
+) -> None:
+    """A host an hour behind wrote an ``expires`` an hour in the past, one an hour ahead an
+    hour in the future: what counts is the heartbeat's Last-Modified and its ttl on the
+    service's clock, as this host read it at its own heartbeat."""
+
+    async def body() -> None:
+        [a] = stores(azurite_connection, "P" + uuid.uuid4().hex[:12], 1)
+        await a.open()
+        try:
+            now = time.time()
+            for name, expires, ttl in (
+                ("behind", now - 3600 + 20, "20"),
+                ("ahead", now + 3600, "4"),
+            ):
+                await a.partitions._host_blob(name).upload_blob(
+                    b"",
+                    overwrite=True,
+                    metadata={"owner": name, "expires": f"{expires:.3f}", "ttl": ttl},
+                )
+            await a.membership.round()
+            assert a.partitions.store_now() is not None
+            assert {"behind", "ahead"} <= {m.id for m in await a.partitions.members()}
+            # Both are members: a's share is 2 of 4 now, the rest waits for them.
+            assert len(held(a)) == 2
+            await asyncio.sleep(6.0)  # "ahead" stopped beating: its ttl of 4 s is over
+            await a.membership.round()
+            listed = {m.id for m in await a.partitions.members()}
+            assert "behind" in listed and "ahead" not in listed
+        finally:
+            await a.close()
+
+    asyncio.run(body())

@@ -18,8 +18,14 @@ Blobs of the hub's container:
   version (``hand_over``, ``ownership.handovers``) is released with ``handover`` (that
   version) in its metadata, until the next acquisition rewrites it.
 * ``hosts/<hash of the host id>`` - heartbeats: ``owner``, ``version``, ``draining``,
-  ``expires`` (Unix seconds) in the metadata; the blob's ETag, new at every beat, is the
-  token ``ownership.Silence`` watches. ``evict`` releases a silent holder's partition by
+  ``ttl`` (seconds) in the metadata; the blob's ETag, new at every beat, is the token
+  ``ownership.Silence`` watches. A heartbeat expires ``ttl`` seconds after its
+  Last-Modified, on the service's clock (``ownership.fresh``): each beat's answer carries
+  its Last-Modified, this host's reading of that clock (``store_time``), carried on its
+  monotonic clock, so a host whose wall clock is an hour off is a member like any other.
+  ``expires`` (the writer's Unix time + ttl) is still written for hosts of the earlier
+  version, which judge by it; a heartbeat without ``ttl`` (one of theirs) lives for the
+  lease + 5 s, as theirs do. ``evict`` releases a silent holder's partition by
   the lease id it wrote in the partition's metadata.
 
 ``HubPartitions`` is the ``membership.Backend`` of the Azure store and the store's fence:
@@ -47,7 +53,7 @@ from azure.core.exceptions import (
 )
 from azure.storage.blob.aio import BlobLeaseClient
 
-from durable_host.cluster.ownership import Member, partition_of
+from durable_host.cluster.ownership import Member, StoreTime, fresh, partition_of
 from durable_host.store.azure.codec import instance_id_of
 from durable_host.store.azure.errors import AzureStoreError, is_transient
 from durable_host.store.azure.lease import LEASE_MARGIN, STANDBY_POLL, is_dead_process_here
@@ -100,6 +106,7 @@ class HubPartitions:
         self._wanted: dict[int, str] = {}  # free unit -> the version it was handed over to
         self._leases: dict[int, str] = {}  # held unit -> its holder's lease id (last listing)
         self.acquired_at: dict[int, float] = {}  # unit -> monotonic time it was taken
+        self.store_time = StoreTime()  # the service's clock, read at every heartbeat
 
     def blob(self, unit: int) -> Any:
         return self.container.get_blob_client(f"{PARTITIONS_PREFIX}{self.lane}{unit:02d}")
@@ -180,10 +187,21 @@ class HubPartitions:
             "owner": me.id,
             "version": me.version,
             "draining": "1" if me.draining else "",
-            "expires": f"{time.time() + ttl:.3f}",
+            "ttl": f"{ttl:.0f}",
+            "expires": f"{time.time() + ttl:.3f}",  # for hosts of the earlier version only
             **dict(me.extra),
         }
-        await self._host_blob(me.id).upload_blob(b"", overwrite=True, metadata=_ascii(meta))
+        sent = time.monotonic()
+        answer = await self._host_blob(me.id).upload_blob(
+            b"", overwrite=True, metadata=_ascii(meta)
+        )
+        stamped = (answer or {}).get("last_modified")
+        if stamped is not None:
+            self.store_time.read(stamped.timestamp(), sent, time.monotonic())
+
+    def store_now(self) -> float | None:
+        """The service's time now, as this host last read it (None: no heartbeat yet)."""
+        return self.store_time.now(time.monotonic())
 
     async def forget(self, me: Member) -> None:
         try:
@@ -197,28 +215,33 @@ class HubPartitions:
         )
 
     async def members(self) -> list[Member]:
-        """Live heartbeats; a dead process of this machine is no member (a restart)."""
-        found = []
-        now = time.time()
+        """Heartbeats not expired on the service's clock; a dead process of this machine is
+        no member (a restart)."""
+        listed: list[tuple[str, dict[str, str], str]] = []
+        beats: dict[str, tuple[float, float]] = {}
         async for item in self.container.list_blobs(
             name_starts_with=HOSTS_PREFIX, include=["metadata"]
         ):
             meta = dict(item.metadata or {})
             owner = meta.get("owner", "")
-            if float(meta.get("expires", "0")) < now or is_dead_process_here(owner):
+            if not owner or is_dead_process_here(owner):
                 continue
-            extra = {
-                k: v
-                for k, v in meta.items()
-                if k not in ("owner", "version", "draining", "expires")
-            }
+            stamped = item.last_modified.timestamp() if item.last_modified else 0.0
+            beats[owner] = (stamped, _float(meta.get("ttl"), self.seconds + 5.0))
+            listed.append((owner, meta, str(item.etag or "")))
+        live = fresh(beats, self.store_now())
+        found = []
+        for owner, meta, etag in listed:
+            if owner not in live:
+                continue
+            extra = {k: v for k, v in meta.items() if k not in _HEARTBEAT_KEYS}
             found.append(
                 Member(
                     owner,
                     meta.get("version", ""),
                     bool(meta.get("draining")),
                     extra,
-                    beat=str(item.etag or ""),
+                    beat=etag,
                 )
             )
         return found
@@ -404,6 +427,16 @@ class HubPartitions:
     async def close(self) -> None:
         for unit in list(self._held):
             await self.release(unit)
+
+
+_HEARTBEAT_KEYS = ("owner", "version", "draining", "expires", "ttl")
+
+
+def _float(text: str | None, default: float) -> float:
+    try:
+        return float(text) if text else default
+    except ValueError:
+        return default
 
 
 def _ascii(meta: dict[str, str]) -> dict[str, str]:

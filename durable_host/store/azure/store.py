@@ -188,6 +188,7 @@ class AzureStore:
             )
             self.work.is_live = self._is_live
             self.work.is_dead = self.membership.is_dead
+            self.work.store_now = partitions.store_now
             await self.membership.join()
             self._joined = True  # from now on a partition taken is looked at by ``poll``
         except PartitionCountError:

@@ -18,8 +18,13 @@ Several hosts on one hub share the work items: a work item's **claimer** is ``C`
 by a claim) or, before any claim, ``W`` (the host whose commit created it, handed to its
 own engine) while its count is above 0. A claim expires with its claimer's heartbeat
 (``membership``): ``is_live`` says whether a host id is a live member other than this one.
-A claim also counts for ``CLAIM_GRACE`` seconds after it was made (``CT``), whoever made it,
-unless its claimer's heartbeat was seen to stop (``is_dead``).
+A claim also counts for ``CLAIM_GRACE`` seconds after it was made, whoever made it, unless
+its claimer's heartbeat was seen to stop (``is_dead``). Its age is read on the service's
+clock: the row's ``Timestamp`` (the Table service stamps every write) against
+``store_now`` (this host's reading of the service's clock, ``HubPartitions.store_time``);
+a host that has no reading yet (no heartbeat of its own answered) counts every claim.
+``CT`` (the claimer's wall time) marks a claim and is what hosts of the earlier version
+judge by; no host's wall clock decides anything here.
 A work item claimed by a live other host is neither adopted nor claimed here (a claim then
 answers 0, as for a work item already gone); a released one (``C`` empty: abandoned at a
 stop, or waiting for a slot on the host that created it) is anyone's - but a host leaves
@@ -70,6 +75,7 @@ class WorkItems:
         self.recheck: set[str] = set()
         self.is_live: Callable[[str], bool] = lambda _host: False  # one host: nobody else
         self.is_dead: Callable[[str], bool] = lambda _host: False
+        self.store_now: Callable[[], float | None] = lambda: None  # the service's time
         self.leaves: Callable[[str], bool] = lambda _name: False  # an activity left to others
 
     def claimed_elsewhere(self, row: Any) -> bool:
@@ -82,8 +88,19 @@ class WorkItems:
         # A claim younger than a heartbeat's lifetime counts even from a host this one has
         # not seen yet (it joined since the last balancing round).
         # Not from a host whose heartbeat was seen to stop (``ownership.Silence``).
-        recent = time.time() - float(row.get("CT", 0) or 0) < CLAIM_GRACE
+        recent = self._recent(row)
         return (recent and not self.is_dead(str(claimer))) or self.is_live(str(claimer))
+
+    def _recent(self, row: Any) -> bool:
+        """Was the claim on ``row`` made less than ``CLAIM_GRACE`` ago, on the service's
+        clock? (True without a reading of it: this host cannot tell yet.)"""
+        if not float(row.get("CT", 0) or 0):
+            return False  # no claim written (a creator's own work item, or released)
+        stamped = getattr(row, "metadata", {}).get("timestamp")
+        now = self.store_now()
+        if stamped is None or now is None:
+            return True
+        return now - stamped.timestamp() < CLAIM_GRACE
 
     def hand_over(self, works: list[ActivityWork], partition: str) -> None:
         """Work items a commit created, which this process's engine runs at once."""

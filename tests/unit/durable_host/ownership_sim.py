@@ -2,14 +2,17 @@
 
 ``Hub`` is the store as the Azure provider uses it, reduced to what ownership depends on:
 partition blobs with a lease (id, expiry) and metadata (``epoch``, ``owner``, ``lease``),
-heartbeat blobs (a token that changes at every write, an expiry in the writer's wall time),
-instance heads (sequence, ETag, epoch of the writer) with an inbox, and activity work items
-(``C``, ``CT``, ``W``). Every operation is applied atomically at the hub's time ``now``.
+heartbeat blobs (a token that changes at every write, the hub's time of the write as its
+Last-Modified, a time to live, and the writer's wall-clock ``expires`` that only hosts of
+the earlier version read), instance heads (sequence, ETag, epoch of the writer) with an inbox, and activity work items
+(``C``, the hub's ``Timestamp`` of the claim, ``W``). Every operation is applied atomically
+at the hub's time ``now``, which is also the store's clock the hosts read.
 
 ``SimBackend`` is one host's ``membership.Backend`` over it, doing what
 ``store/azure/partitions.HubPartitions`` does request by request (a two-step acquire: the
 lease, then the metadata with the raised epoch under it; renewals by lease id; eviction by the
-lease id the last listing showed; a local lease deadline of sent time + duration - 3 s), and
+lease id the last listing showed; a local lease deadline of sent time + duration - 3 s;
+heartbeats judged on the hub's clock as read at this host's last answered heartbeat), and
 ``SimHost`` adds the fenced commit of an episode and the activity claim rule of
 ``store/azure/work.WorkItems``. Every request goes through ``Hub.send``, where the host's
 next fault decides what the network does with it: deliver it (``ok``), lose it (``lost``),
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from durable_host.cluster import membership
-from durable_host.cluster.ownership import Member
+from durable_host.cluster.ownership import Member, StoreTime, fresh
 
 LEASE = 15.0  # the Azure store's partition lease
 MARGIN = 3.0  # partitions.LEASE_MARGIN: a host trusts its lease until sent + LEASE - MARGIN
@@ -65,7 +68,7 @@ class Work:
     instance: str
     creator: str
     claimer: str = ""
-    claimed_at: float = 0.0  # the claimer's wall time
+    claimed_at: float = 0.0  # the hub's time of the claim (the row's Timestamp)
     count: int = 1
 
 
@@ -86,7 +89,8 @@ class Hub:
         self.now = 0.0
         self.units = list(range(partitions))
         self.blobs = {u: Blob() for u in self.units}
-        self.beats: dict[str, tuple[int, float]] = {}  # host -> (token, expires wall)
+        # host -> (token, Last-Modified on the hub's clock, ttl, expires on the writer's wall)
+        self.beats: dict[str, tuple[int, float, float, float]] = {}
         self.instances = [f"i{n}" for n in range(instances)]
         self.heads = {i: Head() for i in self.instances}
         self.inbox: dict[str, set[int]] = {i: set() for i in self.instances}
@@ -125,6 +129,10 @@ class SimBackend:
         self.hub, self.host = hub, host
         self.leases: dict[int, tuple[str, int, float]] = {}  # unit -> (lease id, epoch, until)
         self._listed_leases: dict[int, str] = {}
+        self.store_time = StoreTime()  # the hub's clock as this host last read it
+
+    def store_now(self) -> float | None:
+        return self.store_time.now(self.host.clock())
 
     @property
     def units(self) -> list[int]:
@@ -135,20 +143,24 @@ class SimBackend:
 
     async def beat(self, me: Member, ttl: float) -> None:
         hub, name, expires = self.hub, me.id, self.host.wall() + ttl
+        sent = self.host.clock()
 
-        def write() -> None:
-            hub.beats[name] = (hub.new_id(), expires)
+        def write() -> float:
+            hub.beats[name] = (hub.new_id(), hub.now, ttl, expires)
             hub.ghost.beats_landed.setdefault(name, []).append((hub.now, hub.new_id()))
+            return hub.now  # the Last-Modified of the answer (whole seconds)
 
-        hub.send(self.host, write)
+        stamped = hub.send(self.host, write)
+        self.store_time.read(stamped, sent, self.host.clock())
 
     async def forget(self, me: Member) -> None:
         self.hub.send(self.host, lambda: self.hub.beats.pop(me.id, None))
 
     async def members(self) -> list[Member]:
-        hub, wall = self.hub, self.host.wall()
+        hub = self.hub
         listed = hub.send(self.host, lambda: dict(hub.beats))
-        return [Member(h, beat=str(token)) for h, (token, exp) in listed.items() if exp > wall]
+        live = fresh({h: (b[1], b[2]) for h, b in listed.items()}, self.store_now())
+        return [Member(h, beat=str(b[0])) for h, b in listed.items() if h in live]
 
     async def holdings(self) -> dict[int, str | None]:
         hub = self.hub
@@ -304,6 +316,7 @@ class SimHost:
         return self.hub.now  # monotonic: goes on while the process is stopped
 
     def wall(self) -> float:
+        """This host's wall clock: written into ``expires`` only (no decision reads it)."""
         return self.hub.now + self.skew
 
     def next_fault(self) -> str:
@@ -386,7 +399,7 @@ class SimHost:
     def claim(self, work_id: int) -> None:
         hub, silence = self.hub, self.membership.silence
         live = {m.id for m in self.membership.last_members}
-        wall = self.wall()
+        now = self.backend.store_now()  # the hub's clock as read at the last heartbeat
 
         def claim() -> bool:
             work = hub.works.get(work_id)
@@ -394,10 +407,11 @@ class SimHost:
                 return False
             claimer = work.claimer or (work.creator if work.count > 0 else "")
             if claimer and claimer != self.name:
-                recent = wall - work.claimed_at < CLAIM_GRACE
+                # A claim written (not a creator's own item): its age on the hub's clock.
+                recent = bool(work.claimer) and (now is None or now - work.claimed_at < CLAIM_GRACE)
                 if (recent and not silence.is_dead(claimer)) or claimer in live:
                     return False
-            work.claimer, work.claimed_at, work.count = self.name, wall, work.count + 1
+            work.claimer, work.claimed_at, work.count = self.name, hub.now, work.count + 1
             return True
 
         try:
