@@ -52,8 +52,12 @@ and a burst of them reaches the loop together: the first ends the execution, and
 buffered - carried into the next execution by the durable host, dropped by the extension. So the
 execution a wake-up ended continues as new with ``drain``, and the next execution starts by
 taking every buffered wake-up: its wake-up event raced with a timer due now, again and again
-until the timer wins (at most ``DRAIN_LIMIT`` per execution), then it continues as new and the
-execution after it takes the requests from the entity. Two rules of the Python SDK shape this:
+until the timer wins, then it continues as new and the execution after it takes the requests
+from the entity. A steady stream of wake-ups could keep a timer from winning (a store may
+deliver the timer later than the events raised meanwhile), so a drain also stops after
+``DRAIN_LIMIT`` wake-ups or ``DRAIN_WINDOW`` of the orchestration's time: the requests are
+taken then, and a wake-up left behind starts the next drain. Two rules of the Python SDK
+shape this:
 
 * the drain is the execution's first wait, before any other step, so each buffered wake-up
   meets a wait that is already open. An event that arrives while no wait is open is kept by
@@ -86,8 +90,10 @@ from orchestrators.steps import event_or_deadline, event_payload, set_status
 
 bp = df.Blueprint()
 PAUSED_WAIT = timedelta(days=7)
-# Wake-ups one execution drains at most; the rest wait for the next one (module doc).
+# Wake-ups one execution drains at most, and for how long while more keep coming: then the
+# next execution takes the requests, and a wake-up left over starts another drain (module doc).
 DRAIN_LIMIT = 1000
+DRAIN_WINDOW = timedelta(seconds=2)
 # A submission that could not be made (the session's store unreachable, an activity lost) is
 # tried three times over 15 s, then the operator is told once and the loop goes on with the
 # next occurrence: a refused submission (queue full) is an answer, not a failure.
@@ -200,23 +206,23 @@ def agent_loop(context: df.DurableOrchestrationContext) -> Generator[Any, Any, A
     return None
 
 
-def drain_wake_ups(
-    context: df.DurableOrchestrationContext,
-) -> Generator[Any, Any, tuple[list[str], bool]]:
-    """Take the buffered wake-ups: (the actions among them sent by the earlier code, in order;
-    True when ``DRAIN_LIMIT`` stopped the drain before its timer won). The first wait of an
-    execution only (module doc)."""
+def drain_wake_ups(context: df.DurableOrchestrationContext) -> Generator[Any, Any, list[str]]:
+    """Take the buffered wake-ups until the timer wins, ``DRAIN_LIMIT`` were taken or
+    ``DRAIN_WINDOW`` has passed; the actions among them sent by the earlier code, in order.
+    The first wait of an execution only (module doc)."""
     actions: list[str] = []
+    began = _aware(context.current_utc_datetime)
     for _ in range(DRAIN_LIMIT):
-        raised, payload = yield from event_or_deadline(
-            context, loops.CONTROL_EVENT, _aware(context.current_utc_datetime)
-        )
+        now = _aware(context.current_utc_datetime)  # the episode's time: replay-safe
+        if now - began >= DRAIN_WINDOW:
+            break  # a steady stream: take what it sent so far, drain the rest later
+        raised, payload = yield from event_or_deadline(context, loops.CONTROL_EVENT, now)
         if not raised:
-            return actions, False
+            break
         action = event_payload(payload).get("action")
         if action in loops.ACTIONS:
             actions.append(str(action))
-    return actions, True
+    return actions
 
 
 def controlled(
@@ -284,12 +290,11 @@ def controlled(
 
     if job.get("drain"):  # woken: take the buffered wake-ups, nothing else (module doc)
         publish("paused" if state["paused"] else "sleeping", planned())
-        actions, more = yield from drain_wake_ups(context)
-        for action in actions:  # sent as events by an app of the earlier code
+        for action in (yield from drain_wake_ups(context)):  # sent by the earlier code
             state = loops.control(state, action)
             if state["deleted"]:
                 return deleted()
-        carry_on(drain=more)
+        carry_on()
         return None
     fired = _parse(job.get("submit_now"))  # the previous execution's timer fired for it
     if fired is not None:

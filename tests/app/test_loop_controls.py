@@ -9,8 +9,9 @@ test computes both from what it sent, so a request dropped, or applied twice, sh
 
 The schedule fires every two seconds, so timers and controls race too (and the session is
 not buried under a turn a second in the long run). The default run sends
-``CONTROLS`` requests per store; ``DURABLE_RELIABILITY_LONG=1`` sends 1,000
-(``DURABLE_LOOP_CONTROLS`` sets the number), across as many executions (docs/testing.md).
+``CONTROLS`` requests per store; ``DURABLE_RELIABILITY_LONG=1`` sends 3,000
+(``DURABLE_LOOP_CONTROLS`` sets the number; ``DURABLE_LOOP_CONTROLS_GAP`` spaces each
+client's requests, so that they meet the loop across thousands of executions, docs/testing.md).
 A burst of wake-ups is drained by the execution after the one it woke
 (``orchestrators/agent_loop.py``), so the loop's next occurrence comes within a bound that
 does not grow with the number of requests, and no execution's history holds more than a
@@ -21,6 +22,7 @@ largest history it saw) for docs/loops.md. Bounded polls only; nothing asserts o
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 from typing import Any
@@ -35,11 +37,14 @@ from tests.harness import HostProcess, wait_for
 SESSION = "controlled"
 INSTANCE = "loop:controlled:busy"
 LONG = os.environ.get("DURABLE_RELIABILITY_LONG") == "1"
-CONTROLS = int(os.environ.get("DURABLE_LOOP_CONTROLS") or (1000 if LONG else 60))
+CONTROLS = int(os.environ.get("DURABLE_LOOP_CONTROLS") or (3000 if LONG else 60))
+# Mean seconds a client waits between two of its requests (a seeded uniform 0..2x): 0 sends
+# bursts; a gap near the loop's cycle spreads the requests over thousands of executions.
+GAP = float(os.environ.get("DURABLE_LOOP_CONTROLS_GAP") or 0)
 CLIENTS = 4
 
 
-@pytest.mark.timeout(120 + CONTROLS)  # the long run: a thousand requests on Azurite
+@pytest.mark.timeout(120 + CONTROLS * (1 + GAP))  # the long runs: thousands of requests
 def test_every_control_request_is_applied_once_across_executions(
     kernel_host: HostProcess,
 ) -> None:
@@ -49,7 +54,10 @@ def test_every_control_request_is_applied_once_across_executions(
     lock = threading.Lock()
 
     def client(number: int) -> None:
+        pace = random.Random(number)
         for n in range(number, CONTROLS, CLIENTS):
+            if GAP:
+                time.sleep(pace.uniform(0, 2 * GAP))
             action = "pause" if n % 2 == 0 else "resume"
             request_id = f"c{n}"
             path = f"/api/sessions/{SESSION}/loops/busy/{action}"

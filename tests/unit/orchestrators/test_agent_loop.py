@@ -162,8 +162,12 @@ def test_an_action_sent_as_the_event_by_the_earlier_code_still_applies() -> None
 # --- a burst of wake-ups ------------------------------------------------------------------
 
 
+def wake_up_args() -> tuple[str, str]:
+    return "loop_control", json.dumps(json.dumps({"action": "wake"}))
+
+
 def wake_up() -> dict[str, Any]:
-    return h.event_raised(T0, "loop_control", json.dumps(json.dumps({"action": "wake"})))
+    return h.event_raised(T0, *wake_up_args())
 
 
 def open_take(d: Driver) -> bool:
@@ -257,3 +261,22 @@ def test_an_action_sent_as_the_event_is_applied_when_drained() -> None:
     )
     settle(d, [], limit=20)
     assert d.custom_status["phase"] == "paused"
+
+
+def test_a_steady_stream_does_not_hold_the_requests_past_the_drain_window() -> None:
+    """Wake-ups that keep winning against the drain's timer (a store that delivers the timer
+    after them) stop the drain once ``DRAIN_WINDOW`` has passed: the next execution takes."""
+    d = loop_driver()
+    d.start(INCARNATION)
+    answer_take(d, [])
+    d.raise_event("loop_control", {"action": "wake"})
+    next_execution(d)  # the drain
+    for tenth in range(1, 40):
+        d.now = f"2024-01-01T00:00:{tenth // 10:02d}.{tenth % 10}00000Z"
+        d.deliver({"kind": "event", "event": h.event_raised(d.now, *wake_up_args())})
+        if d.status == "ContinuedAsNew":
+            break
+    assert d.status == "ContinuedAsNew" and tenth == 20  # 2 s of the orchestration's time
+    next_execution(d)
+    answer_take(d, [control("pause", 1)])
+    assert d.custom_status["phase"] == "paused" and d.custom_status["controls"]["applied"] == 1
