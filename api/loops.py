@@ -66,6 +66,7 @@ def _view(session_id: str, status: Any) -> dict[str, Any]:
         "lastSubmission": custom.get("last_submission"),
         "loop": custom.get("loop") or inputs.status_object(status.input_).get("spec"),
         "controls": custom.get("controls"),
+        "generation": custom.get("generation"),
     }
 
 

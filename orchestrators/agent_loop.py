@@ -46,6 +46,32 @@ lost wake-up therefore costs nothing that the next execution does not pick up: n
 by the execution that ends, so nothing can be dropped with it. The loop shows what it applied
 (``controls``: a count and an order-free digest of the request ids, ``kernel/loops/loop.py``).
 Loops without an incarnation (started by the earlier code) keep taking controls from events.
+
+**A burst of wake-ups costs a few executions, not one each.** Every request raises one wake-up,
+and a burst of them reaches the loop together: the first ends the execution, and the rest are
+buffered - carried into the next execution by the durable host, dropped by the extension. So the
+execution a wake-up ended continues as new with ``drain``, and the next execution starts by
+taking every buffered wake-up: its wake-up event raced with a timer due now, again and again
+until the timer wins, then it continues as new and the execution after it takes the requests
+from the entity. A steady stream of wake-ups could keep a timer from winning (a store may
+deliver the timer later than the events raised meanwhile), so a drain also stops after
+``DRAIN_LIMIT`` wake-ups or ``DRAIN_WINDOW`` of the orchestration's time: the requests are
+taken then, and a wake-up left behind starts the next drain. Two rules of the Python SDK
+shape this:
+
+* the drain is the execution's first wait, before any other step, so each buffered wake-up
+  meets a wait that is already open. An event that arrives while no wait is open is kept by
+  the SDK under its name and satisfies every later wait of that name (SDK issue #507), while
+  the extension gives each wait its own event: a drain after another step would spin on the
+  one it kept and diverge from the extension;
+* the drain's last wait lost to its timer but stays registered until the execution ends, and a
+  wake-up it takes would be a wake-up nobody answers. So the draining execution takes nothing:
+  it continues as new at once, and the next execution's ``take`` comes after every wake-up
+  the drain saw, whoever took them.
+
+A wake-up dropped instead of carried (the extension) leaves the drain nothing to take: its timer
+wins at once. An action sent as the event by an app of the earlier code is applied when drained,
+as when it wakes the loop. The loop shows its ``generation`` (executions since it was declared).
 """
 
 from __future__ import annotations
@@ -64,6 +90,10 @@ from orchestrators.steps import event_or_deadline, event_payload, set_status
 
 bp = df.Blueprint()
 PAUSED_WAIT = timedelta(days=7)
+# Wake-ups one execution drains at most, and for how long while more keep coming: then the
+# next execution takes the requests, and a wake-up left over starts another drain (module doc).
+DRAIN_LIMIT = 1000
+DRAIN_WINDOW = timedelta(seconds=2)
 # A submission that could not be made (the session's store unreachable, an activity lost) is
 # tried three times over 15 s, then the operator is told once and the loop goes on with the
 # next occurrence: a refused submission (queue full) is an answer, not a failure.
@@ -176,6 +206,25 @@ def agent_loop(context: df.DurableOrchestrationContext) -> Generator[Any, Any, A
     return None
 
 
+def drain_wake_ups(context: df.DurableOrchestrationContext) -> Generator[Any, Any, list[str]]:
+    """Take the buffered wake-ups until the timer wins, ``DRAIN_LIMIT`` were taken or
+    ``DRAIN_WINDOW`` has passed; the actions among them sent by the earlier code, in order.
+    The first wait of an execution only (module doc)."""
+    actions: list[str] = []
+    began = _aware(context.current_utc_datetime)
+    for _ in range(DRAIN_LIMIT):
+        now = _aware(context.current_utc_datetime)  # the episode's time: replay-safe
+        if now - began >= DRAIN_WINDOW:
+            break  # a steady stream: take what it sent so far, drain the rest later
+        raised, payload = yield from event_or_deadline(context, loops.CONTROL_EVENT, now)
+        if not raised:
+            break
+        action = event_payload(payload).get("action")
+        if action in loops.ACTIONS:
+            actions.append(str(action))
+    return actions
+
+
 def controlled(
     context: df.DurableOrchestrationContext, job: dict[str, Any], spec: loops.LoopSpec
 ) -> Generator[Any, Any, Any]:
@@ -187,6 +236,7 @@ def controlled(
         job.get("last_submission"),
         job.get("controls"),
     )
+    generation = int(job.get("generation") or 0) + 1
     session_id = str(job["session_id"])
     entity = df.EntityId(
         loops.CONTROL_ENTITY,
@@ -202,8 +252,50 @@ def controlled(
             runs=runs,
             last_submission=last,
             controls=controls,
+            generation=generation,
         )
 
+    def deleted() -> dict[str, Any]:
+        context.signal_entity(entity, "forget")
+        set_status(
+            context,
+            "deleted",
+            loop=spec.as_json(),
+            runs=runs,
+            last_submission=last,
+            controls=controls,
+            generation=generation,
+        )
+        return {"deleted": True, "runs": runs}
+
+    def carry_on(**changes: Any) -> None:
+        context.continue_as_new(
+            {
+                **job,
+                "paused": state["paused"],
+                "previous": loops.format_occurrence(previous) if previous else None,
+                "runs": runs,
+                "last_submission": last,
+                "controls": controls,
+                "generation": generation,
+                "submit_now": None,
+                "drain": False,
+                **changes,
+            }
+        )
+
+    def planned() -> datetime | None:
+        now = _aware(context.current_utc_datetime)
+        return None if state["paused"] else loops.next_occurrence(spec, now, previous)
+
+    if job.get("drain"):  # woken: take the buffered wake-ups, nothing else (module doc)
+        publish("paused" if state["paused"] else "sleeping", planned())
+        for action in (yield from drain_wake_ups(context)):  # sent by the earlier code
+            state = loops.control(state, action)
+            if state["deleted"]:
+                return deleted()
+        carry_on()
+        return None
     fired = _parse(job.get("submit_now"))  # the previous execution's timer fired for it
     if fired is not None:
         publish("sleeping", fired)
@@ -219,41 +311,24 @@ def controlled(
         if state["deleted"]:
             break  # what was sent after a delete has no loop to act on
     if state["deleted"]:
-        context.signal_entity(entity, "forget")
-        set_status(
-            context,
-            "deleted",
-            loop=spec.as_json(),
-            runs=runs,
-            last_submission=last,
-            controls=controls,
-        )
-        return {"deleted": True, "runs": runs}
+        return deleted()
+    due = planned()
     now = _aware(context.current_utc_datetime)
-    due = None if state["paused"] else loops.next_occurrence(spec, now, previous)
     publish("paused" if state["paused"] else "sleeping", due)
     raised, payload = yield from event_or_deadline(
         context, loops.CONTROL_EVENT, due or now + PAUSED_WAIT
     )
-    # Woken or paused for a week: the next execution takes the controls. The timer fired:
-    # the next execution submits the occurrence first.
-    submit_next = due if not raised else None
-    action = event_payload(payload).get("action") if raised else None
-    if action in loops.ACTIONS:  # sent as an event by an app of the earlier code
-        state = loops.control(state, action)
+    # Woken: the next execution drains the wake-ups buffered behind this one, and the one
+    # after it takes the controls. Paused for a week: the next execution takes them. The timer
+    # fired: the next execution submits the occurrence first.
+    sent = event_payload(payload).get("action") if raised else None
+    if sent in loops.ACTIONS:  # sent as an event by an app of the earlier code
+        state = loops.control(state, sent)
         if state["deleted"]:
-            context.signal_entity(entity, "forget")
-            set_status(context, "deleted", loop=spec.as_json(), runs=runs, controls=controls)
-            return {"deleted": True, "runs": runs}
-    context.continue_as_new(
-        {
-            **job,
-            "paused": state["paused"],
-            "previous": loops.format_occurrence(previous) if previous else None,
-            "runs": runs,
-            "last_submission": last,
-            "controls": controls,
-            "submit_now": loops.format_occurrence(submit_next) if submit_next else None,
-        }
+            return deleted()
+    submit_next = due if not raised else None
+    carry_on(
+        submit_now=loops.format_occurrence(submit_next) if submit_next else None,
+        drain=raised,
     )
     return None

@@ -18,7 +18,7 @@ from typing import Any
 from durable_host.core import history as h
 from kernel.loops import loop as loops
 from orchestrators import agent_loop
-from tests.unit.durable_host.driver import Driver
+from tests.unit.durable_host.driver import T0, Driver
 
 SPEC = {"loopId": "digest", "schedule": "*/2 * * * * *", "prompt": "daily digest"}
 SUBMITTED = {"ok": True, "request_id": "loop:digest:x", "submission_id": "sub-1"}
@@ -86,6 +86,19 @@ def control(action: str, n: int) -> dict[str, str]:
     return {"action": action, "id": f"r{n}"}
 
 
+def through_the_drain(d: Driver) -> None:
+    """From a woken execution to the one that takes: the execution between drains the
+    wake-ups buffered behind the one that woke the loop (none here) and continues as new."""
+    assert d.status == "ContinuedAsNew"
+    next_execution(d)
+    assert [e["EventType"] for e in d.history if e["EventType"] in h.SCHEDULING_TYPES] == [
+        h.EventType.TIMER_CREATED  # its first step: a wake-up raced with a timer due now
+    ]
+    d.fire(0)
+    assert d.status == "ContinuedAsNew"
+    next_execution(d)
+
+
 def test_a_pause_raised_with_the_timer_that_won_is_taken_from_the_entity() -> None:
     d = loop_driver()
     d.start(INCARNATION)
@@ -115,8 +128,7 @@ def test_controls_taken_together_apply_in_order_each_once() -> None:
     answer_take(d, [control("pause", 1), control("resume", 2), control("pause", 3)])
     assert d.custom_status["phase"] == "paused"
     d.raise_event("loop_control", {"action": "wake"})
-    assert d.status == "ContinuedAsNew"
-    next_execution(d)
+    through_the_drain(d)
     answer_take(d, [control("resume", 4)])
 
     status = d.custom_status
@@ -142,6 +154,129 @@ def test_an_action_sent_as_the_event_by_the_earlier_code_still_applies() -> None
     d.start(INCARNATION)
     answer_take(d, [])
     d.raise_event("loop_control", {"action": "pause"})
-    next_execution(d)
+    through_the_drain(d)
     answer_take(d, [])
     assert d.custom_status["phase"] == "paused"
+
+
+# --- a burst of wake-ups ------------------------------------------------------------------
+
+
+def wake_up_args() -> tuple[str, str]:
+    return "loop_control", json.dumps(json.dumps({"action": "wake"}))
+
+
+def wake_up() -> dict[str, Any]:
+    return h.event_raised(T0, *wake_up_args())
+
+
+def open_take(d: Driver) -> bool:
+    """Whether the execution waits for the answer of its ``take`` call."""
+    calls = [e for e in d.history if e["EventType"] == h.EventType.EVENT_SENT]
+    answered = {e.get("Name") for e in d.history if e["EventType"] == h.EventType.EVENT_RAISED}
+    return bool(calls) and json.loads(calls[-1]["Input"])["id"] not in answered
+
+
+def open_drain_timer(d: Driver) -> int | None:
+    """The id of the execution's last timer when it is due now and has not fired: a drain's."""
+    timers = [e for e in d.history if e["EventType"] == h.EventType.TIMER_CREATED]
+    fired = {e["TimerId"] for e in d.history if e["EventType"] == h.EventType.TIMER_FIRED}
+    if not timers or timers[-1]["EventId"] in fired or timers[-1]["FireAt"] > d.now:
+        return None
+    return int(timers[-1]["EventId"])
+
+
+def settle(d: Driver, requests: list[dict[str, str]], limit: int) -> tuple[int, int, int]:
+    """Drive the loop until it sleeps with nothing left to take: every ``take`` answered
+    (``requests`` by the first), every drain timer fired, every execution started with what
+    the one before carried. (executions started, the largest history of one, the events of all
+    of them)."""
+    executions, largest, total = 0, 0, 0
+    pending = list(requests)
+    for _ in range(limit):
+        if executions > 10:  # one execution per wake-up: no need to walk them all
+            raise AssertionError(f"{executions} executions and counting ({total} events)")
+        if d.status == "ContinuedAsNew":
+            largest, total = max(largest, len(d.history)), total + len(d.history)
+            next_execution(d)
+            executions += 1
+        elif open_take(d):
+            answer_take(d, pending)
+            pending = []
+        elif (timer := open_drain_timer(d)) is not None:
+            d.fire(timer)
+        else:
+            return executions, max(largest, len(d.history)), total + len(d.history)
+    raise AssertionError(f"the loop did not settle in {limit} steps ({executions} executions)")
+
+
+def test_a_burst_of_wake_ups_costs_a_few_executions_whatever_its_size() -> None:
+    """A thousand requests at once: each raised a wake-up, all reach the sleeping execution in
+    one batch. The loop takes them in a bounded number of executions (counted, not timed) whose
+    histories hold each wake-up once, and applies every request once."""
+    n = 1000
+    d = loop_driver()
+    d.start(INCARNATION)
+    answer_take(d, [])
+    assert d.custom_status["phase"] == "sleeping"
+    d.deliver(*({"kind": "event", "event": wake_up()} for _ in range(n)))
+    assert d.status == "ContinuedAsNew"  # the first wake-up ends the execution
+
+    requests = [control("pause" if k % 2 == 0 else "resume", k) for k in range(n)]
+    executions, largest, total = settle(d, requests, limit=4 * n + 20)
+
+    assert executions <= 3, executions  # one drains what the burst left, one takes
+    assert total <= 4 * n, (largest, total)  # each wake-up once: O(n) rows, not O(n^2)
+    status = d.custom_status
+    assert status["phase"] == "sleeping" and status["controls"]["applied"] == n
+    assert status["generation"] == 1 + executions
+    start = [m for m in d.messages if m.payload["kind"] == "start"][-1]
+    assert start.payload.get("carried") == []  # nothing left buffered behind the loop
+
+
+def test_a_burst_arriving_while_a_drain_runs_is_drained_with_it() -> None:
+    d = loop_driver()
+    d.start(INCARNATION)
+    answer_take(d, [])
+    d.raise_event("loop_control", {"action": "wake"})
+    next_execution(d)  # drains: its first wait meets the wake-ups as they come
+    for _ in range(5):
+        d.deliver({"kind": "event", "event": wake_up()}, {"kind": "event", "event": wake_up()})
+        assert d.status == "Running"
+    executions, _, _ = settle(d, [control("pause", 1)], limit=40)
+
+    assert executions == 1 and d.custom_status["phase"] == "paused"
+    assert not [e for e in d.history if e.get("Name") == "loop_control"]  # none left over
+
+
+def test_an_action_sent_as_the_event_is_applied_when_drained() -> None:
+    pause = json.dumps({"action": "pause"})  # an app of the earlier code, during a deploy
+    d = loop_driver()
+    d.start(INCARNATION)
+    answer_take(d, [])
+    d.deliver(
+        {"kind": "event", "event": wake_up()},
+        {"kind": "event", "event": h.event_raised(T0, "loop_control", json.dumps(pause))},
+        {"kind": "event", "event": wake_up()},
+    )
+    settle(d, [], limit=20)
+    assert d.custom_status["phase"] == "paused"
+
+
+def test_a_steady_stream_does_not_hold_the_requests_past_the_drain_window() -> None:
+    """Wake-ups that keep winning against the drain's timer (a store that delivers the timer
+    after them) stop the drain once ``DRAIN_WINDOW`` has passed: the next execution takes."""
+    d = loop_driver()
+    d.start(INCARNATION)
+    answer_take(d, [])
+    d.raise_event("loop_control", {"action": "wake"})
+    next_execution(d)  # the drain
+    for tenth in range(1, 40):
+        d.now = f"2024-01-01T00:00:{tenth // 10:02d}.{tenth % 10}00000Z"
+        d.deliver({"kind": "event", "event": h.event_raised(d.now, *wake_up_args())})
+        if d.status == "ContinuedAsNew":
+            break
+    assert d.status == "ContinuedAsNew" and tenth == 20  # 2 s of the orchestration's time
+    next_execution(d)
+    answer_take(d, [control("pause", 1)])
+    assert d.custom_status["phase"] == "paused" and d.custom_status["controls"]["applied"] == 1
