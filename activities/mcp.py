@@ -38,9 +38,10 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from activities.tool_env import Outcome, ToolEnv, stored_if_large
+from activities.tool_env import Outcome, ToolEnv, stored_if_large, tool_progress
 from adapters import mcp_client
 from adapters.content_store import default_store
+from entities import session_pages
 from kernel.turn import mcp_catalogue, mcp_config
 from kernel.turn.mcp_config import McpConfigError, McpServer
 from kernel.turn.tools import ToolPolicy
@@ -210,9 +211,9 @@ async def poll_mcp_task(
     again); ``{"status": "cancel_requested", "reason"}`` when the submission was cancelled
     (or ended) meanwhile, without asking the server. The task's status message is the tool
     task's live preview, never history."""
-    from activities.model_background import cancel_requested  # the same rule as a model's wait
-
-    cancel = await cancel_requested(client, str(job["session_id"]), str(job["submission_id"]))
+    cancel = await session_pages.stop_reason(
+        client, str(job["session_id"]), str(job["submission_id"])
+    )
     if cancel is not None:
         return {"status": "cancel_requested", "reason": cancel}
     name, task_id = str(job["name"]), str(job["task_id"])
@@ -269,8 +270,6 @@ async def cancel_mcp_task(job: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _preview(job: Mapping[str, Any], text: str) -> None:
-    from activities.tools import tool_progress  # it imports this module
-
     writer = tool_progress(dict(job))
     if writer is not None:
         writer.update(text[:500])

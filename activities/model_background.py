@@ -40,8 +40,6 @@ from adapters.content_store import default_store
 from adapters.model_provider import ProviderConfig
 from entities import session_pages
 from kernel.common import content
-from kernel.common.statuses import FINAL_SUBMISSION_STATUSES
-from kernel.session import reducer as session_core
 from kernel.turn import mcp_catalogue, planner, tools
 from kernel.turn.model_io import ModelFailure, ModelIOError, ModelRequest
 
@@ -90,7 +88,7 @@ async def submit_model_request(
 async def poll_model_request(
     job: dict[str, Any], client: df.DurableOrchestrationClient
 ) -> dict[str, Any]:
-    cancel = await cancel_requested(client, job["session_id"], job["submission_id"])
+    cancel = await session_pages.stop_reason(client, job["session_id"], job["submission_id"])
     if cancel is not None:
         return {"status": "cancel_requested", "reason": cancel}
     handle = model_background.Handle.from_dict(job["handle"])
@@ -113,24 +111,6 @@ async def cancel_model_request(job: dict[str, Any]) -> dict[str, Any]:
     out = (await provider.cancel(handle, _timeout(job))).to_dict()
     out.pop("response", None)  # only the status matters to a cancel; keep histories small
     return out
-
-
-async def cancel_requested(
-    client: df.DurableOrchestrationClient, session_id: str, submission_id: str
-) -> str | None:
-    """The reason to stop waiting for the model: a cancel was requested, or the submission is
-    already final (finished by someone else); None to go on."""
-    head = await session_pages.read_head(client, session_id)
-    if head is None:
-        return None
-    sub = session_core.upgrade(head)["submissions"].get(submission_id)
-    if sub is None:
-        return None
-    if sub.get("cancel_requested_at"):
-        return str(sub.get("cancel_reason") or "cancel requested")
-    if sub.get("status") in FINAL_SUBMISSION_STATUSES:
-        return f"the submission is already {sub['status']}"
-    return None
 
 
 def _provider(handle: model_background.Handle) -> model_background.BackgroundProvider | None:

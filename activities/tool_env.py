@@ -1,6 +1,7 @@
 """What a tool function is handed and what it returns: the environment of one tool run
 (``ToolEnv``) and its ``Outcome``; ``stored_if_large(result)``, the content reference of a
-result above ``INLINE_RESULT_BYTES`` (None below).
+result above ``INLINE_RESULT_BYTES`` (None below); ``tool_progress(job)``, the live preview
+writer of a tool task (None when previews are off).
 
 Its own module so that the tool families (``activities.tools``, ``activities.workspace_tools``)
 share them without importing each other.
@@ -15,7 +16,9 @@ from typing import Any
 
 import azure.durable_functions as df
 
+from adapters import previews as preview_store
 from adapters.content_store import default_store
+from kernel.session import previews as preview_rules
 
 Result = dict[str, Any]
 INLINE_RESULT_BYTES = 12 * 1024
@@ -46,3 +49,26 @@ class ToolEnv:
 def stored_if_large(result: Result) -> str | None:
     text = json.dumps(result, sort_keys=True, ensure_ascii=False)
     return default_store().put(text) if len(text.encode()) > INLINE_RESULT_BYTES else None
+
+
+def tool_progress(job: dict[str, Any]) -> preview_store.PreviewWriter | None:
+    """The progress writer of this tool task (None when previews are off), already showing
+    that the tool runs."""
+    settings = preview_store.settings()
+    task = str(job.get("tool_task_id") or "")
+    submission_id = preview_rules.tool_preview_submission(task)
+    if not settings.enabled or submission_id is None:
+        return None
+    store = preview_store.open_store()
+    if store is None:
+        return None
+    writer = preview_store.PreviewWriter(
+        store,
+        session_id=job["session_id"],
+        task=task,
+        kind=preview_rules.TOOL_PROGRESS,
+        submission_id=submission_id,
+        interval_s=settings.interval_s,
+    )
+    writer.update(f"running {job['name']}")
+    return writer

@@ -63,12 +63,18 @@ import azure.durable_functions as df
 from activities import mcp as mcp_tools
 from activities import skills as skill_activities
 from activities import workspace_tools
-from activities.tool_env import Outcome, Result, ToolEnv, ToolFn, no_progress, stored_if_large
-from adapters import previews as preview_store
+from activities.tool_env import (
+    Outcome,
+    Result,
+    ToolEnv,
+    ToolFn,
+    no_progress,
+    stored_if_large,
+    tool_progress,
+)
 from adapters import telemetry
 from adapters.attempt_ledger import AttemptLedger, LeaseLost, attempt_state, default_ledger
 from entities import session_pages
-from kernel.session import previews as preview_rules
 from kernel.turn import calculator, mcp_catalogue, tools
 from kernel.turn.policy import replay_decision
 
@@ -126,29 +132,6 @@ async def _execute(job: dict[str, Any], client: df.DurableOrchestrationClient) -
     finally:
         if progress is not None:
             await progress.aclose()  # superseded by the "tool completed" commit
-
-
-def tool_progress(job: dict[str, Any]) -> preview_store.PreviewWriter | None:
-    """The progress writer of this tool task (None when previews are off), already showing
-    that the tool runs."""
-    settings = preview_store.settings()
-    task = str(job.get("tool_task_id") or "")
-    submission_id = preview_rules.tool_preview_submission(task)
-    if not settings.enabled or submission_id is None:
-        return None
-    store = preview_store.open_store()
-    if store is None:
-        return None
-    writer = preview_store.PreviewWriter(
-        store,
-        session_id=job["session_id"],
-        task=task,
-        kind=preview_rules.TOOL_PROGRESS,
-        submission_id=submission_id,
-        interval_s=settings.interval_s,
-    )
-    writer.update(f"running {job['name']}")
-    return writer
 
 
 async def _run(

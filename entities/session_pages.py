@@ -6,7 +6,8 @@
 * ``load_page`` reads a page through a small in-process cache: a page never changes (its
   reference is its hash), so a cached copy is always right. Callers must not mutate it;
   ``kernel.session.pages`` readers return copies.
-* ``read_head`` reads a session entity's state (the head) through the durable client.
+* ``read_head`` reads a session entity's state (the head) through the durable client;
+  ``stop_reason`` reads from it why a submission's waits should stop (cancelled or ended).
 * ``page_size`` is the setting ``AGENT_SESSION_PAGE_SIZE`` (records per sealed page, default
   32, at least 2): tests lower it to seal pages after a few turns.
 """
@@ -23,7 +24,9 @@ import azure.durable_functions as df
 
 from adapters.content_store import ContentNotFound, default_store
 from kernel.common.content import content_ref
+from kernel.common.statuses import FINAL_SUBMISSION_STATUSES
 from kernel.session import pages
+from kernel.session import reducer as session_core
 from kernel.session.pages import DEFAULT_PAGE_SIZE
 from kernel.session.state import decode_entity_state
 
@@ -96,3 +99,22 @@ async def read_head(
     client: df.DurableOrchestrationClient, session_id: str
 ) -> dict[str, Any] | None:
     return decode_entity_state(await client.read_entity_state(df.EntityId("session", session_id)))
+
+
+async def stop_reason(
+    client: df.DurableOrchestrationClient, session_id: str, submission_id: str
+) -> str | None:
+    """Why a wait of the submission (a background model call, an MCP task) should stop: a
+    cancel was requested, or the submission is already final (finished by someone else);
+    None to go on."""
+    head = await read_head(client, session_id)
+    if head is None:
+        return None
+    sub = session_core.upgrade(head)["submissions"].get(submission_id)
+    if sub is None:
+        return None
+    if sub.get("cancel_requested_at"):
+        return str(sub.get("cancel_reason") or "cancel requested")
+    if sub.get("status") in FINAL_SUBMISSION_STATUSES:
+        return f"the submission is already {sub['status']}"
+    return None
