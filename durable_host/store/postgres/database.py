@@ -199,6 +199,24 @@ class Database:
             operation, body, transaction=True, fence=fence, fault=True, folded=True
         )
 
+    async def call_begun(
+        self,
+        operation: str,
+        body: Callable[[Conn, tuple[int, int] | None], Awaitable[tuple[int | None, T]]],
+        *,
+        fence: str | None = None,
+    ) -> T:
+        """``call`` in two round trips: ``BEGIN`` goes out with the call, in one message
+        (``Begun``), then ``COMMIT``. The call's statement is sent with its arguments bound
+        on this side and planned by the server each time, so this is for a call whose
+        caller waits on its latency (a start: the client's request waits for it) rather
+        than for one run back to back by the thousand (an episode, prepared once)."""
+        if self.settings.pipeline:
+            return await self.call(operation, body, fence=fence)
+        return await self._retrying(
+            operation, body, transaction=True, fence=fence, fault=True, folded=True, begun=True
+        )
+
     async def _retrying(
         self,
         operation: str,
@@ -208,6 +226,7 @@ class Database:
         fence: str | None = None,
         fault: bool = False,
         folded: bool = False,
+        begun: bool = False,
     ) -> T:
         if self.lost is not None:
             raise self.lost
@@ -216,6 +235,8 @@ class Database:
         delay = BACKOFF_FIRST
         while True:
             try:
+                if begun:
+                    return await self._begun(operation, body, fence)
                 if transaction:
                     return await self._transaction(operation, body, fence, fault, folded)
                 async with self.pool.connection() as conn:
@@ -296,6 +317,42 @@ class Database:
                 raise
             error: psycopg.Error = exc
         # The COMMIT was sent and its answer lost: ask what became of the transaction.
+        if await self._committed(xid):
+            log.warning("%s reported %r after it had applied; it stands", operation, error)
+            return result
+        raise _Retry(error)
+
+    async def _begun(
+        self,
+        operation: str,
+        body: Callable[..., Awaitable[Any]],
+        fence: str | None,
+    ) -> T:
+        """``_transaction`` for a folded call whose ``BEGIN`` travels with it (``call_begun``):
+        the same fence, fault point and settling of a lost ``COMMIT``."""
+        assert self.pool is not None
+        xid: tuple[int, str] | None = None
+        unit_epoch = self._unit_epoch(fence) if fence is not None else None
+        committing = False
+        try:  # outside the pool's block, as in ``_transaction``
+            async with self.pool.connection() as conn:
+                try:
+                    self.round_trips += 1  # BEGIN and the call: one round trip
+                    number, result = await body(Begun(conn), unit_epoch)
+                    xid = (self._held(number, unit_epoch), self._started[conn])
+                    faults.hit("store.before_commit")
+                    committing = True
+                    self.round_trips += 1
+                    await conn.execute("COMMIT")
+                except BaseException:
+                    if not committing:
+                        await _roll_back(conn)
+                    raise
+            return result
+        except psycopg.Error as exc:
+            if not committing or xid is None:
+                raise
+            error: psycopg.Error = exc
         if await self._committed(xid):
             log.warning("%s reported %r after it had applied; it stands", operation, error)
             return result
@@ -386,6 +443,32 @@ class Database:
                 raise self.failed("could not learn whether a commit applied", TimeoutError(status))
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
+
+
+class Begun:
+    """A connection whose next ``execute`` sends ``BEGIN`` and the statement in one message
+    (the simple query protocol, the arguments bound on this side) and answers the
+    statement's cursor: what a folded call's body gets from ``Database.call_begun``."""
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+
+    async def execute(self, query: str, args: Any = None) -> psycopg.AsyncCursor[Any]:
+        cur = psycopg.AsyncClientCursor(self.conn)
+        await cur.execute("BEGIN; " + query, args)
+        cur.nextset()  # past BEGIN's answer, to the statement's
+        return cur
+
+
+async def _roll_back(conn: Conn) -> None:
+    """End a transaction a failed or refused call left open, on a connection still usable
+    (a broken one the pool drops: its transaction ended with its session)."""
+    if conn.broken or conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        return
+    try:
+        await conn.execute("ROLLBACK")
+    except psycopg.Error:
+        pass  # the pool checks the connection it gets back, and drops a bad one
 
 
 class _Retry(Exception):

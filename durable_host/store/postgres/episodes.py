@@ -163,7 +163,7 @@ class EpisodeCommits:
                 self.settings.channel,
                 notify,
             )
-            cur = await conn.execute(fn.episode_call(), args)
+            cur = await conn.execute(fn.episode_call(), fn.packed(args))
             row = await cur.fetchone()
             assert row is not None
             answer = fn.EpisodeOutcome(row)
