@@ -91,6 +91,9 @@ class Database:
         self.on_lost: Callable[[str], None] | None = None
         self.pool: AsyncConnectionPool[Conn] | None = None
         self._started: weakref.WeakKeyDictionary[Conn, str] = weakref.WeakKeyDictionary()
+        # Statements every pooled connection prepares by name (SQL PREPARE), each keyed by
+        # the query text it stands for: ``call_begun`` sends ``EXECUTE name(...)`` for them.
+        self.prepared: dict[str, tuple[str, str]] = {}
 
     async def connect(self) -> Conn:
         """A connection of its own (migrations, LISTEN), set up as the pool's are."""
@@ -123,13 +126,18 @@ class Database:
                 sql.SQL("SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
             )
 
+    async def _configure_pooled(self, conn: Conn) -> None:
+        await self._configure(conn)
+        for name, statement in self.prepared.values():
+            await conn.execute(f"PREPARE {name} AS {statement}".encode())
+
     async def open_pool(self) -> None:
         self.pool = AsyncConnectionPool(
             self.settings.conninfo,
             min_size=1,
             max_size=self.settings.pool_size,
             kwargs={"autocommit": True},
-            configure=self._configure,
+            configure=self._configure_pooled,
             open=False,
             timeout=self.settings.retry_seconds or 5.0,
             name=f"durable-host-{self.settings.hub}",
@@ -207,10 +215,11 @@ class Database:
         fence: str | None = None,
     ) -> T:
         """``call`` in two round trips: ``BEGIN`` goes out with the call, in one message
-        (``Begun``), then ``COMMIT``. The call's statement is sent with its arguments bound
-        on this side and planned by the server each time, so this is for a call whose
-        caller waits on its latency (a start: the client's request waits for it) rather
-        than for one run back to back by the thousand (an episode, prepared once)."""
+        (``Begun``), then ``COMMIT``; the fence, the fault point and the settling of a lost
+        ``COMMIT`` are ``call``'s. The message is simple-query text, its arguments bound on
+        this side: a call the connections prepared (``prepared``) goes as ``EXECUTE`` of
+        its statement, which the server does not plan again. In pipeline mode (off by
+        default) this is ``call``."""
         if self.settings.pipeline:
             return await self.call(operation, body, fence=fence)
         return await self._retrying(
@@ -338,7 +347,7 @@ class Database:
             async with self.pool.connection() as conn:
                 try:
                     self.round_trips += 1  # BEGIN and the call: one round trip
-                    number, result = await body(Begun(conn), unit_epoch)
+                    number, result = await body(Begun(conn, self.prepared), unit_epoch)
                     xid = (self._held(number, unit_epoch), self._started[conn])
                     faults.hit("store.before_commit")
                     committing = True
@@ -448,14 +457,30 @@ class Database:
 class Begun:
     """A connection whose next ``execute`` sends ``BEGIN`` and the statement in one message
     (the simple query protocol, the arguments bound on this side) and answers the
-    statement's cursor: what a folded call's body gets from ``Database.call_begun``."""
+    statement's cursor: what a folded call's body gets from ``Database.call_begun``. A
+    query the connection prepared (``Database.prepared``) goes as ``EXECUTE`` of it, so
+    the server does not plan it again."""
 
-    def __init__(self, conn: Conn) -> None:
+    def __init__(self, conn: Conn, prepared: dict[str, tuple[str, str]]) -> None:
         self.conn = conn
+        self.prepared = prepared
 
     async def execute(self, query: str, args: Any = None) -> psycopg.AsyncCursor[Any]:
+        known = self.prepared.get(query)
+        sent = query if known is None else f"EXECUTE {known[0]}({', '.join(['%s'] * len(args))})"
         cur = psycopg.AsyncClientCursor(self.conn)
-        await cur.execute("BEGIN; " + query, args)
+        try:
+            await cur.execute("BEGIN; " + sent, args)
+        except psycopg.errors.InvalidSqlStatementName:
+            if known is None:
+                raise
+            # psycopg sends DEALLOCATE ALL after a ROLLBACK on a session where it prepared
+            # statements of its own, which drops these too: nothing was written (the
+            # transaction failed at its first statement); prepare again, send again.
+            await self.conn.rollback()
+            for name, statement in self.prepared.values():
+                await self.conn.execute(f"PREPARE {name} AS {statement}".encode())
+            await cur.execute("BEGIN; " + sent, args)
         cur.nextset()  # past BEGIN's answer, to the statement's
         return cur
 

@@ -4,11 +4,13 @@ An episode of an orchestration used to be about ten statements, each a round tri
 server (the fence, the work items, the inbox, the attempt count, the history, the status
 row, the activities, the messages); a start about six. ``commit_episode`` and
 ``create_instance`` send one call of a PL/pgSQL function each, which runs the same
-statements inside the server, so a step's transaction costs three round trips: ``BEGIN``,
-the call (which also returns the transaction id the commit is settled by, and the row it
-leaves, for the instance's next episode), ``COMMIT``. psycopg prepares a statement it has
-run five times, and PL/pgSQL keeps its statements' plans per connection, so neither the
-call nor the statements inside it are planned again per step.
+statements inside the server, so a step's transaction costs two round trips: ``BEGIN``
+with the call, in one message (``database.Database.call_begun``; the call returns the
+transaction id the commit is settled by, and the row it leaves, for the instance's next
+episode), then ``COMMIT``. The call's arguments travel as one jsonb parameter (``packed``),
+and every pooled connection prepares the calls by name at connect (``prepared``): the
+message is ``BEGIN; EXECUTE name('...')``, so the server plans neither the call, nor
+(PL/pgSQL keeps its statements' plans per connection) the statements inside it, per step.
 
 Outcomes the functions report instead of writing (nothing is written then):
 
@@ -335,6 +337,15 @@ def episode_args(
         channel,
         notify,
     )
+
+
+def prepared() -> dict[str, tuple[str, str]]:
+    """The calls every pooled connection prepares (``Database.prepared``): each call's text,
+    its statement's name and the statement, whose one parameter is the packed arguments."""
+    return {
+        call: (f"{function}_call", call.replace("%s::jsonb", "$1::jsonb"))
+        for call, function in ((_START_CALL, START_FUNCTION), (_EPISODE_CALL, EPISODE_FUNCTION))
+    }
 
 
 def packed(args: tuple[Any, ...]) -> tuple[str]:

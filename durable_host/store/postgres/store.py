@@ -102,6 +102,7 @@ class PostgresStore(EpisodeCommits):
         self.db = Database(settings)
         self.db.on_lost = on_lost
         self.db.writer = self.owner
+        self.db.prepared = fn.prepared()
         self.listener = Listener(self.db, self.owner)
         self.partitions: HubPartitions | None = None
         self.membership: Membership | None = None
