@@ -129,7 +129,7 @@ class Database:
     async def _configure_pooled(self, conn: Conn) -> None:
         await self._configure(conn)
         for name, statement in self.prepared.values():
-            await conn.execute(f"PREPARE {name} AS {statement}".encode())
+            await conn.execute(f"PREPARE {name} AS {statement}".encode(), prepare=False)
 
     async def open_pool(self) -> None:
         self.pool = AsyncConnectionPool(
@@ -479,7 +479,7 @@ class Begun:
             # transaction failed at its first statement); prepare again, send again.
             await self.conn.rollback()
             for name, statement in self.prepared.values():
-                await self.conn.execute(f"PREPARE {name} AS {statement}".encode())
+                await self.conn.execute(f"PREPARE {name} AS {statement}".encode(), prepare=False)
             await cur.execute("BEGIN; " + sent, args)
         cur.nextset()  # past BEGIN's answer, to the statement's
         return cur
