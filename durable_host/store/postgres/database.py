@@ -91,6 +91,9 @@ class Database:
         self.on_lost: Callable[[str], None] | None = None
         self.pool: AsyncConnectionPool[Conn] | None = None
         self._started: weakref.WeakKeyDictionary[Conn, str] = weakref.WeakKeyDictionary()
+        # Statements every pooled connection prepares by name (SQL PREPARE), each keyed by
+        # the query text it stands for: ``call_begun`` sends ``EXECUTE name(...)`` for them.
+        self.prepared: dict[str, tuple[str, str]] = {}
 
     async def connect(self) -> Conn:
         """A connection of its own (migrations, LISTEN), set up as the pool's are."""
@@ -123,13 +126,18 @@ class Database:
                 sql.SQL("SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
             )
 
+    async def _configure_pooled(self, conn: Conn) -> None:
+        await self._configure(conn)
+        for name, statement in self.prepared.values():
+            await conn.execute(f"PREPARE {name} AS {statement}".encode(), prepare=False)
+
     async def open_pool(self) -> None:
         self.pool = AsyncConnectionPool(
             self.settings.conninfo,
             min_size=1,
             max_size=self.settings.pool_size,
             kwargs={"autocommit": True},
-            configure=self._configure,
+            configure=self._configure_pooled,
             open=False,
             timeout=self.settings.retry_seconds or 5.0,
             name=f"durable-host-{self.settings.hub}",
@@ -199,6 +207,25 @@ class Database:
             operation, body, transaction=True, fence=fence, fault=True, folded=True
         )
 
+    async def call_begun(
+        self,
+        operation: str,
+        body: Callable[[Conn, tuple[int, int] | None], Awaitable[tuple[int | None, T]]],
+        *,
+        fence: str | None = None,
+    ) -> T:
+        """``call`` in two round trips: ``BEGIN`` goes out with the call, in one message
+        (``Begun``), then ``COMMIT``; the fence, the fault point and the settling of a lost
+        ``COMMIT`` are ``call``'s. The message is simple-query text, its arguments bound on
+        this side: a call the connections prepared (``prepared``) goes as ``EXECUTE`` of
+        its statement, which the server does not plan again. In pipeline mode (off by
+        default) this is ``call``."""
+        if self.settings.pipeline:
+            return await self.call(operation, body, fence=fence)
+        return await self._retrying(
+            operation, body, transaction=True, fence=fence, fault=True, folded=True, begun=True
+        )
+
     async def _retrying(
         self,
         operation: str,
@@ -208,6 +235,7 @@ class Database:
         fence: str | None = None,
         fault: bool = False,
         folded: bool = False,
+        begun: bool = False,
     ) -> T:
         if self.lost is not None:
             raise self.lost
@@ -216,6 +244,8 @@ class Database:
         delay = BACKOFF_FIRST
         while True:
             try:
+                if begun:
+                    return await self._begun(operation, body, fence)
                 if transaction:
                     return await self._transaction(operation, body, fence, fault, folded)
                 async with self.pool.connection() as conn:
@@ -296,6 +326,42 @@ class Database:
                 raise
             error: psycopg.Error = exc
         # The COMMIT was sent and its answer lost: ask what became of the transaction.
+        if await self._committed(xid):
+            log.warning("%s reported %r after it had applied; it stands", operation, error)
+            return result
+        raise _Retry(error)
+
+    async def _begun(
+        self,
+        operation: str,
+        body: Callable[..., Awaitable[Any]],
+        fence: str | None,
+    ) -> T:
+        """``_transaction`` for a folded call whose ``BEGIN`` travels with it (``call_begun``):
+        the same fence, fault point and settling of a lost ``COMMIT``."""
+        assert self.pool is not None
+        xid: tuple[int, str] | None = None
+        unit_epoch = self._unit_epoch(fence) if fence is not None else None
+        committing = False
+        try:  # outside the pool's block, as in ``_transaction``
+            async with self.pool.connection() as conn:
+                try:
+                    self.round_trips += 1  # BEGIN and the call: one round trip
+                    number, result = await body(Begun(conn, self.prepared), unit_epoch)
+                    xid = (self._held(number, unit_epoch), self._started[conn])
+                    faults.hit("store.before_commit")
+                    committing = True
+                    self.round_trips += 1
+                    await conn.execute("COMMIT")
+                except BaseException:
+                    if not committing:
+                        await _roll_back(conn)
+                    raise
+            return result
+        except psycopg.Error as exc:
+            if not committing or xid is None:
+                raise
+            error: psycopg.Error = exc
         if await self._committed(xid):
             log.warning("%s reported %r after it had applied; it stands", operation, error)
             return result
@@ -386,6 +452,48 @@ class Database:
                 raise self.failed("could not learn whether a commit applied", TimeoutError(status))
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
+
+
+class Begun:
+    """A connection whose next ``execute`` sends ``BEGIN`` and the statement in one message
+    (the simple query protocol, the arguments bound on this side) and answers the
+    statement's cursor: what a folded call's body gets from ``Database.call_begun``. A
+    query the connection prepared (``Database.prepared``) goes as ``EXECUTE`` of it, so
+    the server does not plan it again."""
+
+    def __init__(self, conn: Conn, prepared: dict[str, tuple[str, str]]) -> None:
+        self.conn = conn
+        self.prepared = prepared
+
+    async def execute(self, query: str, args: Any = None) -> psycopg.AsyncCursor[Any]:
+        known = self.prepared.get(query)
+        sent = query if known is None else f"EXECUTE {known[0]}({', '.join(['%s'] * len(args))})"
+        cur = psycopg.AsyncClientCursor(self.conn)
+        try:
+            await cur.execute("BEGIN; " + sent, args)
+        except psycopg.errors.InvalidSqlStatementName:
+            if known is None:
+                raise
+            # psycopg sends DEALLOCATE ALL after a ROLLBACK on a session where it prepared
+            # statements of its own, which drops these too: nothing was written (the
+            # transaction failed at its first statement); prepare again, send again.
+            await self.conn.rollback()
+            for name, statement in self.prepared.values():
+                await self.conn.execute(f"PREPARE {name} AS {statement}".encode(), prepare=False)
+            await cur.execute("BEGIN; " + sent, args)
+        cur.nextset()  # past BEGIN's answer, to the statement's
+        return cur
+
+
+async def _roll_back(conn: Conn) -> None:
+    """End a transaction a failed or refused call left open, on a connection still usable
+    (a broken one the pool drops: its transaction ended with its session)."""
+    if conn.broken or conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        return
+    try:
+        await conn.execute("ROLLBACK")
+    except psycopg.Error:
+        pass  # the pool checks the connection it gets back, and drops a bad one
 
 
 class _Retry(Exception):

@@ -1,7 +1,7 @@
 """The PostgreSQL store's episode commits, and the rows they leave for the next episode.
 
 ``commit_episode`` and ``commit_step`` are one call each of the episode function
-(``functions``): a step is three round trips (BEGIN, the call, COMMIT). The call answers
+(``functions``): a step is two round trips (BEGIN with the call, COMMIT). The call answers
 the row it left, which ``episode_record`` hands the instance's next episode instead of
 reading it, while nothing can have written it since: other processes write an instance's
 row only with a message that NOTIFYs (a restart of the id, a rewind) or by a purge, so a
@@ -163,7 +163,7 @@ class EpisodeCommits:
                 self.settings.channel,
                 notify,
             )
-            cur = await conn.execute(fn.episode_call(), args)
+            cur = await conn.execute(fn.episode_call(), fn.packed(args))
             row = await cur.fetchone()
             assert row is not None
             answer = fn.EpisodeOutcome(row)
@@ -179,7 +179,7 @@ class EpisodeCommits:
             return (None if answer.outcome == "lost" else answer.xid), answer
 
         try:
-            answer = await self.db.call(operation, body, fence=instance_id)
+            answer = await self.db.call_begun(operation, body, fence=instance_id)
         except WorkGone:
             self._records.pop(instance_id, None)
             return None

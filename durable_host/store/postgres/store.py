@@ -102,6 +102,7 @@ class PostgresStore(EpisodeCommits):
         self.db = Database(settings)
         self.db.on_lost = on_lost
         self.db.writer = self.owner
+        self.db.prepared = fn.prepared()
         self.listener = Listener(self.db, self.owner)
         self.partitions: HubPartitions | None = None
         self.membership: Membership | None = None
@@ -232,22 +233,24 @@ class PostgresStore(EpisodeCommits):
         async def body(conn: Conn, fence: tuple[int, int] | None) -> tuple[int, fn.StartOutcome]:
             cur = await conn.execute(
                 fn.start_call(),
-                (
-                    instance_id,
-                    record.name,
-                    record.status,
-                    record.execution_id,
-                    record.version,
-                    record.input_json,
-                    record.created_at,
-                    record.updated_at,
-                    record.parent_instance_id,
-                    list(overridable),
-                    codec.encode(start_message),
-                    visible_at,
-                    counted,
-                    self.settings.channel,
-                    None if owned else self.listener.payload(instance_id),
+                fn.packed(
+                    (
+                        instance_id,
+                        record.name,
+                        record.status,
+                        record.execution_id,
+                        record.version,
+                        record.input_json,
+                        record.created_at,
+                        record.updated_at,
+                        record.parent_instance_id,
+                        list(overridable),
+                        codec.encode(start_message),
+                        visible_at,
+                        counted,
+                        self.settings.channel,
+                        None if owned else self.listener.payload(instance_id),
+                    )
                 ),
             )
             row = await cur.fetchone()
@@ -258,7 +261,7 @@ class PostgresStore(EpisodeCommits):
             return answer.xid, answer
 
         self._records.pop(instance_id, None)
-        answer = await self.db.call("create_instance", body)
+        answer = await self.db.call_begun("create_instance", body)
         self._keep(instance_id, answer.record)
         self._touch(instance_id)
         # Another host owns the instance: its episode reads and counts.
