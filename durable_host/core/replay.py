@@ -281,8 +281,11 @@ class HistoryCache:
         text: HistoryText | None = None,
     ) -> None:
         self.evict(instance_id)
-        if len(events) > self.max_events // 4:
-            return  # one huge history must not flush every other instance
+        if len(events) > self.max_events // 4 and self._size + len(events) > self.max_events:
+            # One huge history must not flush every other instance; it stays while it fits
+            # beside them (without its entry every episode of a long chain would read and
+            # replay the whole history again: a step's cost grew with its length).
+            return
         self._entries[instance_id] = _Entry(key, events, session, text)
         self._size += len(events)
         while self._size > self.max_events and self._entries:

@@ -619,3 +619,10 @@ def test_history_cache_answers_only_for_the_same_key_and_stays_bounded():
     assert cache.size <= 40 and len(cache) == 5
     cache.put("huge", ("e", "t"), [{"n": 0}] * 11)  # over a quarter of the bound: not kept
     assert cache.get("huge", ("e", "t")) is None
+    assert len(cache) == 5  # and nobody was pushed out for it
+    roomy = replay.HistoryCache(max_events=40)
+    roomy.put("small", ("e", "t"), [{"n": 0}] * 8)
+    roomy.put("long", ("e", "t"), [{"n": 0}] * 30)  # over a quarter, but it fits: kept
+    assert roomy.get("long", ("e", "t")) is not None and roomy.get("small", ("e", "t"))
+    roomy.put("longer", ("e", "t"), [{"n": 0}] * 41)  # over the bound: never kept
+    assert roomy.get("longer", ("e", "t")) is None and len(roomy) == 2
