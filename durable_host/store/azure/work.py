@@ -23,8 +23,10 @@ its claimer's heartbeat was seen to stop (``is_dead``). Its age is read on the s
 clock: the row's ``Timestamp`` (the Table service stamps every write) against
 ``store_now`` (this host's reading of the service's clock, ``HubPartitions.store_time``);
 a host that has no reading yet (no heartbeat of its own answered) counts every claim.
-``CT`` (the claimer's wall time) marks a claim and is what hosts of the earlier version
-judge by; no host's wall clock decides anything here.
+``CT`` (the claimer's wall time) marks a claim, is what hosts of the earlier version judge
+by, and keeps a claim counting while it is recent on this host's wall clock too (``_recent``:
+a wall clock can only make a claim count longer here, never shorter). A claim that does not
+count is logged with both clocks' readings.
 A work item claimed by a live other host is neither adopted nor claimed here (a claim then
 answers 0, as for a work item already gone); a released one (``C`` empty: abandoned at a
 stop, or waiting for a slot on the host that created it) is anyone's - but a host leaves
@@ -36,6 +38,7 @@ host of that version (``docs/versioning.md``).
 from __future__ import annotations
 
 import functools
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -57,6 +60,7 @@ from durable_host.store.azure.errors import StoreConflictError, is_transient, st
 from durable_host.store.azure.rows import HubRows
 from durable_host.store.azure.tables import HubTables
 
+log = logging.getLogger("durable_host.store.azure")
 CLAIM_GRACE = 25.0  # seconds a claim counts without its claimer's heartbeat seen
 MAX_CLAIM_ATTEMPTS = 10  # a work item that keeps changing under a claim is a conflict
 
@@ -89,13 +93,37 @@ class WorkItems:
         # not seen yet (it joined since the last balancing round).
         # Not from a host whose heartbeat was seen to stop (``ownership.Silence``).
         recent = self._recent(row)
-        return (recent and not self.is_dead(str(claimer))) or self.is_live(str(claimer))
+        counts = (recent and not self.is_dead(str(claimer))) or self.is_live(str(claimer))
+        if not counts and float(row.get("CT", 0) or 0):
+            stamped = getattr(row, "metadata", {}).get("timestamp")
+            log.warning(
+                "work item %s: the claim of %s does not count (recent %s, dead %s; stamped %s,"
+                " service time %s, claimed at %s, wall %s)",
+                row.get("RowKey"),
+                claimer,
+                recent,
+                self.is_dead(str(claimer)),
+                stamped.timestamp() if stamped else None,
+                self.store_now(),
+                row.get("CT"),
+                time.time(),
+            )
+        return counts
 
     def _recent(self, row: Any) -> bool:
-        """Was the claim on ``row`` made less than ``CLAIM_GRACE`` ago, on the service's
-        clock? (True without a reading of it: this host cannot tell yet.)"""
-        if not float(row.get("CT", 0) or 0):
+        """Was the claim on ``row`` made less than ``CLAIM_GRACE`` ago? On the service's clock
+        (the row's ``Timestamp`` against this host's reading of it; True without a reading),
+        or by the claimer's wall time ``CT`` on this host's: either says so, the claim counts.
+        The wall-clock half only ever keeps a claim longer (a claimer whose wall clock runs
+        ahead, never seen beating by this host, holds its work for its grace in its own
+        time); it is there because a claim taken from a live host is an activity run twice,
+        and once, under a loaded test run, the service-clock half alone let a claim a
+        fraction of a second old be taken."""
+        claimed_at = float(row.get("CT", 0) or 0)
+        if not claimed_at:
             return False  # no claim written (a creator's own work item, or released)
+        if time.time() - claimed_at < CLAIM_GRACE:
+            return True
         stamped = getattr(row, "metadata", {}).get("timestamp")
         now = self.store_now()
         if stamped is None or now is None:

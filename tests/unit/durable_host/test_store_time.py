@@ -70,13 +70,26 @@ def test_a_claim_of_a_host_an_hour_behind_counts_for_the_grace() -> None:
     )  # seen to stop: not its
 
 
-def test_a_claim_of_a_host_an_hour_ahead_lapses_after_the_grace() -> None:
+def test_a_claim_of_a_host_an_hour_ahead_holds_until_its_claimer_is_seen_to_stop() -> None:
     now = 1_000_000.0
     row = Row(now - CLAIM_GRACE - 1.0, C="x", CT=time.time() + HOUR, DequeueCount=2)
+    # The wall-clock half only keeps a claim longer: a claimer never seen beating holds it.
+    assert work_items(now).claimed_elsewhere(row)
+    assert not work_items(now, dead=frozenset({"x"})).claimed_elsewhere(row)
+    assert work_items(now, live=frozenset({"x"})).claimed_elsewhere(row)
+
+
+def test_a_claim_lapses_when_both_clocks_say_its_grace_passed() -> None:
+    now = 1_000_000.0
+    row = Row(now - CLAIM_GRACE - 1.0, C="x", CT=time.time() - CLAIM_GRACE - 1.0, DequeueCount=2)
     assert not work_items(now).claimed_elsewhere(row)  # its claimer is no live member
-    assert work_items(now, live=frozenset({"x"})).claimed_elsewhere(
-        row
-    )  # a live member's claim holds
+    assert work_items(now, live=frozenset({"x"})).claimed_elsewhere(row)  # a live one's holds
+
+
+def test_a_claim_just_made_counts_whatever_the_reading_of_the_service_clock_says() -> None:
+    # A reading far ahead of the row's stamp must never let a claim of a moment ago go.
+    row = Row(1_000_000.0, C="x", CT=time.time(), DequeueCount=1)
+    assert work_items(1_000_000.0 + 3600.0).claimed_elsewhere(row)
 
 
 def test_without_a_reading_of_the_stores_clock_every_claim_counts() -> None:
