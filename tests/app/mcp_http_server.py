@@ -18,14 +18,12 @@ import os
 import sys
 from pathlib import Path
 
-import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ImageContent, TextContent, ToolAnnotations
-from starlette.middleware.base import BaseHTTPMiddleware
-from starlette.responses import PlainTextResponse
+
+from tests.app.mcp_bearer import serve
 
 FOLDER = Path(os.environ["TEST_MCP_FOLDER"])
-TOKEN = os.environ["TEST_MCP_TOKEN"]
 READ_ONLY = ToolAnnotations(readOnlyHint=True)
 server = MCPServer("kernel-test")
 
@@ -89,17 +87,8 @@ if os.environ.get("TEST_MCP_VARIANT") == "v2":
         return key
 
 
-class Bearer(BaseHTTPMiddleware):
-    async def dispatch(self, request, call_next):  # type: ignore[no-untyped-def]
-        if request.headers.get("authorization") != f"Bearer {TOKEN}":
-            return PlainTextResponse("unauthorized", status_code=401)
-        return await call_next(request)
-
-
 def main() -> None:
-    app = server.streamable_http_app()
-    app.add_middleware(Bearer)
-    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+    serve(server.streamable_http_app(), int(sys.argv[1]))
 
 
 if __name__ == "__main__":

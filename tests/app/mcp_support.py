@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.app.turn_support import entries_of
 from tests.harness import ROOT, wait_for
 
 BIN = Path(sys.executable).parent
@@ -121,3 +122,13 @@ class HttpServer:
 
 def wait_file(path: Path, timeout: float = 60) -> None:
     wait_for(lambda: path.exists(), timeout, f"{path.name} to appear", interval=0.05)
+
+
+def tool_results(host: Any, session: str) -> list[dict[str, Any]]:
+    """The data of the session's tool result messages (``tool_task_id``, ``result``...)."""
+    return [e["data"] for e in entries_of(host, session, "message") if e["role"] == "tool"]
+
+
+def outcomes(host: Any, session: str) -> list[dict[str, Any]]:
+    """The data of the session's ``tool_outcome`` entries (``ok``, ``runs``...)."""
+    return [e["data"] for e in entries_of(host, session, "tool_outcome")]

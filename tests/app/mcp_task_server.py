@@ -23,16 +23,14 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-import uvicorn
 from fastmcp import FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.utilities.tasks import TaskConfig
 from fastmcp_tasks import TasksExtension
-from starlette.middleware.base import BaseHTTPMiddleware
-from starlette.responses import PlainTextResponse
+
+from tests.app.mcp_bearer import serve
 
 FOLDER = Path(os.environ["TEST_MCP_FOLDER"])
-TOKEN = os.environ["TEST_MCP_TOKEN"]
 AS_TASK = TaskConfig(mode="optional", poll_interval=timedelta(seconds=0.2))
 server = FastMCP("kernel-task-test")
 server.add_extension(TasksExtension())
@@ -66,17 +64,8 @@ async def broken(reason: str) -> str:
     raise ToolError(f"cannot: {reason}")
 
 
-class Bearer(BaseHTTPMiddleware):
-    async def dispatch(self, request, call_next):  # type: ignore[no-untyped-def]
-        if request.headers.get("authorization") != f"Bearer {TOKEN}":
-            return PlainTextResponse("unauthorized", status_code=401)
-        return await call_next(request)
-
-
 def main() -> None:
-    app = server.http_app(path="/mcp")
-    app.add_middleware(Bearer)
-    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+    serve(server.http_app(path="/mcp"), int(sys.argv[1]))
 
 
 if __name__ == "__main__":

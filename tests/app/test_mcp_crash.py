@@ -22,10 +22,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.mcp_support import HttpServer, commits, config, git_repo, stdio, wait_file
+from tests.app.mcp_support import (
+    HttpServer,
+    commits,
+    config,
+    git_repo,
+    outcomes,
+    stdio,
+    tool_results,
+    wait_file,
+)
 from tests.app.turn_support import (
     custom_status,
-    entries_of,
     run_id,
     submit,
     view,
@@ -68,14 +76,6 @@ def http_host(
     )
 
 
-def tool_results(host: HostProcess) -> list[dict]:
-    return [e["data"] for e in entries_of(host, SESSION, "message") if e["role"] == "tool"]
-
-
-def outcomes(host: HostProcess) -> list[dict]:
-    return [e["data"] for e in entries_of(host, SESSION, "tool_outcome")]
-
-
 def kill_while_held(host: HostProcess, http: HttpServer, tool: str, text: str) -> str:
     arrived = http.hold(tool)
     sub = submit(host, SESSION, text)
@@ -98,8 +98,8 @@ def test_a_read_only_call_killed_mid_call_runs_again_and_one_result_is_recorded(
 
     assert final["status"] == "completed" and final["answer"] == "mcp__t__lookup: value of k1"
     assert server.calls("lookup") == 2  # sent again: the server declared it read-only
-    assert [(o["ok"], o["runs"]) for o in outcomes(host)] == [(True, 2)]
-    assert len(tool_results(host)) == 1
+    assert [(o["ok"], o["runs"]) for o in outcomes(host, SESSION)] == [(True, 2)]
+    assert len(tool_results(host, SESSION)) == 1
 
 
 def test_a_non_idempotent_call_killed_mid_call_is_interrupted_and_not_sent_again(
@@ -116,7 +116,7 @@ def test_a_non_idempotent_call_killed_mid_call_is_interrupted_and_not_sent_again
     assert server.calls("create_ticket") == 1
     assert final["status"] == "completed"
     assert final["answer"].startswith("mcp__t__create_ticket did not complete (interrupted)")
-    [result] = tool_results(host)
+    [result] = tool_results(host, SESSION)
     assert result["result"]["kind"] == "interrupted"
     task = view(host, SESSION)["tasks"][result["tool_task_id"]]
     assert task["status"] == "interrupted"
@@ -158,7 +158,7 @@ def test_with_on_interrupted_attention_the_call_parks_until_the_operator_decides
         assert final["answer"] == "mcp__t__create_ticket: ticket created: b"
     else:
         assert server.calls("create_ticket") == 1
-        assert "aborted by the operator" in tool_results(host)[0]["result"]["message"]
+        assert "aborted by the operator" in tool_results(host, SESSION)[0]["result"]["message"]
 
 
 @long
@@ -175,7 +175,7 @@ def test_the_server_killed_mid_call_is_a_failure_entry_and_the_turn_goes_on(
     lines = final["answer"].splitlines()
     assert lines[0].startswith("mcp__t__lookup did not complete (mcp_"), lines
     assert lines[1] == "1+1 = 2"
-    [lookup, _] = outcomes(host)
+    [lookup, _] = outcomes(host, SESSION)
     assert lookup["ok"] is False
     # safe, so tried again (maxAttempts 2) - against a server that is gone
     assert view(host, SESSION)["tasks"][f"{sub}:tool:1:0"]["status"] == "failed"
@@ -287,5 +287,5 @@ def test_git_commit_is_not_sent_again_after_a_crash_and_git_log_is(fresh_kernel_
     final = wait_final(host, SESSION, sub, timeout=120)
 
     assert "by the agent" in final["answer"]  # read-only: it ran again and answered
-    assert outcomes(host)[-1]["runs"] == 2
+    assert outcomes(host, SESSION)[-1]["runs"] == 2
     assert commits(repo) == ["by the agent", "init"]

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.mcp_support import HttpServer, config, wait_file
-from tests.app.turn_support import custom_status, entries_of, submit, view, wait_final
+from tests.app.mcp_support import HttpServer, config, outcomes, tool_results, wait_file
+from tests.app.turn_support import custom_status, submit, view, wait_final
 from tests.harness import WEBHOOK, HostProcess, wait_for
 
 long = pytest.mark.skipif(
@@ -52,14 +52,8 @@ def following(host: HostProcess, tool_task: str) -> str:
     return str(found)
 
 
-def outcomes(host: HostProcess) -> list[dict]:
-    return [e["data"] for e in entries_of(host, SESSION, "tool_outcome")]
-
-
 def results(host: HostProcess) -> list[dict]:
-    return [
-        e["data"]["result"] for e in entries_of(host, SESSION, "message") if e["role"] == "tool"
-    ]
+    return [data["result"] for data in tool_results(host, SESSION)]
 
 
 def test_a_task_is_polled_to_its_result_and_after_a_crash_polled_again_not_called_again(
@@ -81,7 +75,7 @@ def test_a_task_is_polled_to_its_result_and_after_a_crash_polled_again_not_calle
 
     assert final["status"] == "completed" and final["answer"] == "mcp__t__build: built a"
     assert server.calls("build") == 1  # not idempotent, and never sent again
-    assert [(o["ok"], o["runs"]) for o in outcomes(host)] == [(True, 1)]
+    assert [(o["ok"], o["runs"]) for o in outcomes(host, SESSION)] == [(True, 1)]
     [result] = results(host)
     assert result["structuredContent"] == {"result": "built a"}
     assert view(host, SESSION)["tasks"][tool_task]["status"] == "completed"
