@@ -325,11 +325,7 @@ class Database:
             if not committing or xid is None:
                 raise
             error: psycopg.Error = exc
-        # The COMMIT was sent and its answer lost: ask what became of the transaction.
-        if await self._committed(xid):
-            log.warning("%s reported %r after it had applied; it stands", operation, error)
-            return result
-        raise _Retry(error)
+        return await self._settled(operation, xid, error, result)
 
     async def _begun(
         self,
@@ -362,6 +358,13 @@ class Database:
             if not committing or xid is None:
                 raise
             error: psycopg.Error = exc
+        return await self._settled(operation, xid, error, result)
+
+    async def _settled(
+        self, operation: str, xid: tuple[int, str], error: psycopg.Error, result: T
+    ) -> T:
+        """The COMMIT was sent and its answer lost: the result when the transaction applied,
+        else a retry of the whole operation."""
         if await self._committed(xid):
             log.warning("%s reported %r after it had applied; it stands", operation, error)
             return result
