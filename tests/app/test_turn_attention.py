@@ -114,3 +114,23 @@ def test_the_operator_endpoint_refuses_what_is_not_parked_or_malformed(host):
     assert operate(host, "calm", "0" * 8, "retry").status == 404
     assert operate(host, "calm", sub, "reboot").json()["field"] == "action"
     assert operate(host, "bad%20id!", sub, "retry").status == 400
+
+
+def test_the_tool_operator_endpoint_refuses_what_is_not_parked_or_malformed(host):
+    sub = submit(host, "calm-tool", "calculate 1+2")
+    wait_final(host, "calm-tool", sub)
+    done = f"{sub}:tool:1:0"  # the calculator's tool task: it ran, it is not parked
+
+    def tool_operate(session: str, task: str, action: str):
+        return host.post(
+            f"/api/sessions/{session}/tools/{task}/operator", {"requestId": "t1", "action": action}
+        )
+
+    assert view(host, "calm-tool")["tasks"][done]["status"] == "completed"
+    refused = tool_operate("calm-tool", done, "retry")
+    assert refused.status == 409, refused.body
+    assert tool_operate("calm-tool", f"{sub}:tool:9:9", "retry").status == 404
+    bad = tool_operate("calm-tool", done, "reboot")
+    assert bad.status == 400 and bad.json()["field"] == "action"
+    assert tool_operate("bad%20id!", done, "retry").status == 400
+    assert view(host, "calm-tool")["tasks"][done]["status"] == "completed"  # nothing changed
