@@ -7,6 +7,12 @@ succeeded, then completes the record as its owner. Half the keys are fresh (the 
 to create them), half were left by a dead owner with an expired lease (they race to take them
 over).
 
+On half the keys the processes also wait for each other between the read and the write: every
+one of them has read the same record before any writes, the worst interleaving, so those keys
+are contested however the scheduler runs the processes. On the other half the interleaving is
+whatever the machine makes of it (on a busy machine one process may finish a key before another
+reads it).
+
 It reports how many keys were contested (two or more processes got as far as a create or a
 take-over on them), how many ran, and how many ran twice - which must be 0 - and checks every
 record afterwards (completed by the process that ran it; runs 1 for fresh keys, 2 for taken-over
@@ -62,16 +68,23 @@ def open_ledger(spec: LedgerSpec) -> AttemptLedger:
     return BlobAttemptLedger(app_state.container_client(spec[1], spec[2]))
 
 
+def forced(index: int) -> bool:
+    """Whether key ``index`` is raced with every read before any write (both fresh and expired)."""
+    return index % 4 < 2
+
+
 def _contend(spec: LedgerSpec, keys: list[str], barrier: Any, results: Any) -> None:
     """One process: walk ``keys`` as ``execute_tool`` does; report what it tried and ran."""
     ledger = open_ledger(spec)
     owner = f"p{os.getpid()}-{uuid.uuid4().hex[:6]}"
     tried: list[str] = []
     ran: list[str] = []
-    for key in keys:
-        barrier.wait()  # every process reaches each key together: each one is contested
+    for index, key in enumerate(keys):
+        barrier.wait()  # every process reaches each key together
         record = ledger.read(key)
         state = attempt_state(record, ledger.now())
+        if forced(index):
+            barrier.wait()  # everyone has read before anyone writes
         if state == "absent":
             tried.append(key)
             won = ledger.create(key, owner, LEASE_S)
@@ -92,6 +105,7 @@ class CampaignResult:
     attempts: int
     processes: int
     contested: int
+    forced: int
     ran: int
     double_runs: int
     never_ran: int
@@ -103,6 +117,7 @@ class CampaignResult:
             ("attempts", self.attempts),
             ("processes", self.processes),
             ("contested attempts", self.contested),
+            ("of them read by all before any write", self.forced),
             ("attempts run", self.ran),
             ("double runs", self.double_runs),
             ("never run", self.never_ran),
@@ -152,6 +167,7 @@ def campaign(spec: LedgerSpec, attempts: int, processes: int) -> CampaignResult:
         attempts=attempts,
         processes=processes,
         contested=sum(1 for k in keys if tried[k] >= 2),
+        forced=sum(1 for i, k in enumerate(keys) if forced(i) and tried[k] == processes),
         ran=len(ran),
         double_runs=sum(1 for k in keys if ran[k] > 1),
         never_ran=sum(1 for k in keys if ran[k] == 0),

@@ -252,6 +252,9 @@ def test_race_campaign_runs_every_contested_attempt_exactly_once(spec):
     attempts = int(os.environ.get("LEDGER_RACE_ATTEMPTS", "100"))
     result = ledger_race.campaign(spec, attempts, processes=4)
     print(f"\n{spec[0]} ledger race campaign\n{result.table()}")
-    assert result.contested > 0  # processes really met on keys (both read "absent"/"expired")
+    # every process read every forced key before any wrote it: all of them tried it
+    forced = sum(1 for i in range(attempts) if ledger_race.forced(i))
+    assert result.forced == forced > 0
+    assert result.contested >= forced
     assert (result.double_runs, result.never_ran, result.bad_records) == (0, 0, 0)
     assert result.ran == attempts
