@@ -47,8 +47,9 @@ async def run(
 ) -> dict[str, Any]:
     """Run ``work``; return the inbox message (TaskCompleted or TaskFailed) for its instance."""
     try:
-        coro = _dispatch(index, work, client_json, app_dir)
-        result = await asyncio.wait_for(coro, timeout) if timeout else await coro
+        # ``asyncio.timeout``, not ``wait_for``: no task of its own for every run.
+        async with asyncio.timeout(timeout or None):
+            result = await _dispatch(index, work, client_json, app_dir)
         event = h.task_completed(work.task_id, now(), result)
     except TimeoutError:
         message = (
