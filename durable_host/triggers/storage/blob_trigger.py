@@ -9,6 +9,8 @@ behind ``maxDegreeOfParallelism`` (the extension's polling
 scan has minutes of latency on its default plans; its Event Grid source is not run here).
 A listing costs one request per 5,000 blobs; a blob already handled costs nothing after the
 first scan of a process (this process remembers it), and one receipt read after a restart.
+What a process remembers is bounded by what the container holds, not by what it ever held: a
+complete listing forgets the versions it no longer shows (a blob deleted or changed since).
 
 **Receipts, as the extension keeps them.** A blob version (its ETag) is handled once per
 function: the receipt is the blob
@@ -121,11 +123,15 @@ class BlobWatcher:
         """Take every matching blob not handled yet; ``dry``: only count them in ``pending``."""
         container = self.blobs.get_container_client(self.binding.container)
         pending = 0
+        listed: set[tuple[str, str]] = set()
         try:
             async for blob in container.list_blobs(name_starts_with=self.prefix or None):
                 match = self.pattern.match(blob.name)
                 key = (blob.name, blob.etag)
-                if match is None or key in self.done or key in self.running:
+                if match is None:
+                    continue
+                listed.add(key)
+                if key in self.done or key in self.running:
                     continue
                 if dry:
                     pending += 0 if await self._completed(blob) else 1
@@ -136,7 +142,10 @@ class BlobWatcher:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
         except ResourceNotFoundError:
-            pass  # no container yet
+            pass  # no container (yet, or any more): nothing in it to remember
+        # Reached only after a complete listing (a failed one raises): what it did not show
+        # was deleted or changed, and is never listed again under that version.
+        self.done &= listed
         self.pending = pending
         self.stats["scans"] += 1
 

@@ -253,6 +253,7 @@ class StorageExtension:
                 "path": w.binding.path,
                 "pending": w.pending,
                 "scans": w.stats["scans"],
+                "remembered": len(w.done),  # handled versions this process keeps in memory
             }
             for w in self.watchers
         ]
