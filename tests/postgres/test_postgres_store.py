@@ -111,7 +111,10 @@ def test_a_schema_newer_than_the_host_is_refused(postgres_url: str) -> None:
     asyncio.run(main())
 
 
-def test_a_host_whose_partition_was_taken_over_cannot_commit(postgres_url: str) -> None:
+@pytest.mark.parametrize("first", ["commit_entity", "begin_attempt"])
+def test_a_host_whose_partition_was_taken_over_cannot_commit(postgres_url: str, first: str) -> None:
+    """The first write after the takeover is refused by the fence inside its call (either
+    function's); the host then knows, and refuses the next one before sending it."""
     hub = "F" + uuid.uuid4().hex[:10]
 
     async def main() -> None:
@@ -127,12 +130,18 @@ def test_a_host_whose_partition_was_taken_over_cannot_commit(postgres_url: str) 
         await new.open()
         try:
             assert new.partitions is not None and new.partitions.held() == {0}
+            writes = {
+                "commit_entity": lambda: old.commit_entity(entity_commit("@c@x")),
+                "begin_attempt": lambda: old.begin_attempt("@c@x"),
+            }
             with pytest.raises(UnitLostError, match="another host took it over"):
-                await old.commit_entity(entity_commit("@c@x"))
+                await writes.pop(first)()
             assert old.partitions.held() == set()  # lost here, and nothing written
             assert await new.get_instance("@c@x") is None
+            assert await new.begin_attempt("@c@x") == 1  # no count was written by the old
+            [then] = writes.values()
             with pytest.raises(UnitLostError, match="does not own"):
-                await old.begin_attempt("@c@x")
+                await then()
             await new.commit_entity(entity_commit("@c@x"))
             assert await new.get_instance("@c@x") is not None
             # Starts and events are any host's: the old one still takes them.
@@ -268,6 +277,42 @@ def test_a_row_written_by_another_process_fails_the_episode_decided_on_the_old_o
             assert record is not None and record.updated_at == at(9)
             await store.commit_episode("a", Episode(events=[event(1)]), at(10))
             assert len(await store.get_history("a")) == 2
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_an_attempt_and_an_entity_batch_are_two_round_trips_each(postgres_url: str) -> None:
+    """An attempt count and an entity's batch are one call of a function each, BEGIN with
+    it, then COMMIT: the batch takes its messages, resets the count, writes the entity's row
+    and its responses in that one call."""
+    hub = "E" + uuid.uuid4().hex[:10]
+
+    async def main() -> None:
+        store = store_for(postgres_url, hub)
+        await store.open()
+        try:
+            await store.poll()
+            quiet(store)
+            await store.send("@c@x", {"kind": "event", "name": "op"}, T0)
+            [(message_id, _)] = await store.fetch_messages("@c@x", T0)
+            before = store.round_trips
+            assert await store.begin_attempt("@c@x") == 1
+            assert await store.begin_attempt("@c@x") == 2
+            assert store.round_trips - before == 4
+            response = {"kind": "event", "name": "done"}
+            before = store.round_trips
+            await store.commit_entity(
+                EntityCommit("@c@x", [message_id], True, '{"n": 1}', [("o", response)], T0)
+            )
+            assert store.round_trips - before == 2
+            assert await store.fetch_messages("@c@x", T0) == []
+            assert [m for _, m in await store.fetch_messages("o", T0)] == [response]
+            entity = await store.get_instance("@c@x")
+            assert entity is not None and entity.entity_state == '{"n": 1}'
+            assert entity.entity_exists and entity.status == "Running"
+            assert await store.begin_attempt("@c@x") == 1  # the batch reset the count
         finally:
             await store.close()
 

@@ -32,18 +32,6 @@ async def delete_inbox(db: Database, conn: Conn, ids: list[int]) -> None:
         await db.execute(conn, "DELETE FROM inbox WHERE id = ANY(%s)", (list(ids),))
 
 
-async def set_attempts(db: Database, conn: Conn, instance_id: str, count_next: bool) -> None:
-    if count_next:
-        await db.execute(
-            conn,
-            "INSERT INTO attempts (instance_id, count) VALUES (%s, 1)"
-            " ON CONFLICT (instance_id) DO UPDATE SET count = 1",
-            (instance_id,),
-        )
-    else:
-        await db.execute(conn, "DELETE FROM attempts WHERE instance_id = %s", (instance_id,))
-
-
 async def insert_messages(
     db: Database, conn: Conn, rows: list[tuple[str, str, str | None]]
 ) -> list[int]:

@@ -345,32 +345,38 @@ class PostgresStore(EpisodeCommits):
     async def commit_entity(self, commit: EntityCommit) -> None:
         db = self.db
 
-        async def body(conn: Conn) -> None:
-            await q.delete_inbox(db, conn, commit.consumed)
-            await q.set_attempts(db, conn, commit.instance_id, count_next=False)
-            await db.execute(
-                conn,
-                "INSERT INTO instances (instance_id, name, status, created_at, updated_at,"
-                " entity_state, entity_exists) VALUES (%s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (instance_id) DO UPDATE SET updated_at = excluded.updated_at,"
-                " entity_state = excluded.entity_state,"
-                " entity_exists = excluded.entity_exists, status = excluded.status",
-                (
-                    commit.instance_id,
-                    codec.entity_name(commit.instance_id),
-                    RuntimeStatus.RUNNING,
-                    commit.now,
-                    commit.now,
-                    commit.state_json,
-                    commit.exists,
-                ),
+        targets = [t for t, _ in commit.responses]
+        fencer = db.fencer
+        # NOTIFY only the targets another host owns (``sql.insert_messages``).
+        notify = sorted({t for t in targets if fencer is None or not fencer.owns(t)})
+
+        async def body(conn: Conn, fence: tuple[int, int] | None) -> tuple[int | None, None]:
+            # One call (functions.py): the fence, the consumed messages, the count, the
+            # entity's row and its responses.
+            unit, epoch = fence if fence is not None else (None, None)
+            args = (
+                unit,
+                epoch,
+                commit.instance_id,
+                list(commit.consumed),
+                codec.entity_name(commit.instance_id),
+                RuntimeStatus.RUNNING,
+                commit.now,
+                commit.state_json,
+                commit.exists,
+                targets,
+                [codec.encode(m) for _, m in commit.responses],
+                db.settings.channel,
+                db.writer,
+                notify,
             )
-            await q.insert_messages(
-                db, conn, [(t, codec.encode(m), None) for t, m in commit.responses]
-            )
+            cur = await conn.execute(fn.entity_call(), fn.packed(args))
+            row = await cur.fetchone()
+            assert row is not None
+            return (None if row[1] == "lost" else int(row[0])), None
 
         self._records.pop(commit.instance_id, None)
-        await db.write("commit_entity", body, fence=commit.instance_id)
+        await db.call_begun("commit_entity", body, fence=commit.instance_id)
         self._touch(commit.instance_id)
 
     # --- activities ---------------------------------------------------------------------
@@ -432,23 +438,16 @@ class PostgresStore(EpisodeCommits):
     async def begin_attempt(self, instance_id: str) -> int:
         """Count one more attempt at the instance's next episode; committing resets it."""
 
-        async def body(conn: Conn) -> int:
-            # The count must outlive a crash of the host, not of the database server: an
-            # asynchronous commit keeps this write off the episode's critical path (a count
-            # lost with the server only allows one more attempt), as on SQLite.
-            await self.db.execute(conn, "SET LOCAL synchronous_commit TO off")
-            cur = await self.db.execute(
-                conn,
-                "INSERT INTO attempts (instance_id, count) VALUES (%s, 1)"
-                " ON CONFLICT (instance_id) DO UPDATE SET count = attempts.count + 1"
-                " RETURNING count",
-                (instance_id,),
-            )
+        async def body(conn: Conn, fence: tuple[int, int] | None) -> tuple[int | None, int]:
+            # One call (functions.py): the fence, an asynchronous commit, the count.
+            unit, epoch = fence if fence is not None else (None, None)
+            cur = await conn.execute(fn.attempt_call(), fn.packed((unit, epoch, instance_id)))
             row = await cur.fetchone()
             assert row is not None
-            return int(row[0])
+            xid, outcome, attempts = row
+            return (None if outcome == "lost" else int(xid)), int(attempts or 0)
 
-        return await self.db.write("begin_attempt", body, fence=instance_id)
+        return await self.db.call_begun("begin_attempt", body, fence=instance_id)
 
     async def release_attempt(self, instance_id: str) -> None:
         """Undo one count: the attempt a commit counted in advance never began (a stop)."""
