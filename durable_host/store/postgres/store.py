@@ -346,13 +346,13 @@ class PostgresStore(EpisodeCommits):
         db = self.db
 
         targets = [t for t, _ in commit.responses]
-        fencer = db.fencer
-        # NOTIFY only the targets another host owns (``sql.insert_messages``).
-        notify = sorted({t for t in targets if fencer is None or not fencer.owns(t)})
 
         async def body(conn: Conn, fence: tuple[int, int] | None) -> tuple[int | None, None]:
             # One call (functions.py): the fence, the consumed messages, the count, the
-            # entity's row and its responses.
+            # entity's row and its responses, NOTIFYing only the targets another host owns
+            # (``sql.insert_messages``), as they are when the call is sent.
+            fencer = db.fencer
+            notify = sorted({t for t in targets if fencer is None or not fencer.owns(t)})
             unit, epoch = fence if fence is not None else (None, None)
             args = (
                 unit,
