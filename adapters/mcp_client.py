@@ -97,6 +97,17 @@ def _masked(text: str, server: McpServer, settings: Mapping[str, str]) -> str:
     return text
 
 
+def _client(server: McpServer, settings: Mapping[str, str], follow_tasks: bool = False) -> Any:
+    """An ``mcp.Client`` of ``server`` (``follow_tasks``: advertising MCP tasks)."""
+    from mcp import Client
+
+    from adapters import mcp_tasks
+
+    return Client(
+        _transport(server, settings), extensions=[mcp_tasks.extension()] if follow_tasks else []
+    )
+
+
 def _leaf(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
@@ -114,11 +125,10 @@ async def list_tools(
     server: McpServer, settings: Mapping[str, str], timeout_s: float
 ) -> dict[str, Any]:
     """Every tool the server lists (all pages), as wire JSON."""
-    from mcp import Client
 
     try:
         async with asyncio.timeout(timeout_s):
-            async with Client(_transport(server, settings)) as client:
+            async with _client(server, settings) as client:
                 tools: list[dict[str, Any]] = []
                 cursor: str | None = None
                 for _ in range(MAX_PAGES):
@@ -149,7 +159,6 @@ async def call_tool(
     follow_tasks: bool = False,
 ) -> dict[str, Any]:
     """One ``tools/call``; see the module docstring for the answer's kinds."""
-    from mcp import Client
     from mcp.shared.exceptions import MCPError
     from mcp_types import CallToolResult
     from mcp_types.jsonrpc import HEADER_MISMATCH
@@ -171,10 +180,9 @@ async def call_tool(
             "sent": sent,
         }
 
-    extensions = [mcp_tasks.extension()] if follow_tasks else []
     try:
         async with asyncio.timeout(timeout_s):
-            async with Client(_transport(server, settings), extensions=extensions) as client:
+            async with _client(server, settings, follow_tasks) as client:
                 sent = True
                 call = functools.partial(
                     client.session.call_tool,
@@ -226,7 +234,6 @@ async def get_task(
 ) -> dict[str, Any]:
     """One ``tasks/get`` of ``tool``'s task; a completed task's result is checked against
     the tool's output schema as a direct call's is."""
-    from mcp import Client
     from mcp.shared.exceptions import MCPError
     from mcp_types import INVALID_PARAMS, CallToolResult
 
@@ -237,9 +244,7 @@ async def get_task(
 
     try:
         async with asyncio.timeout(timeout_s):
-            async with Client(
-                _transport(server, settings), extensions=[mcp_tasks.extension()]
-            ) as client:
+            async with _client(server, settings, follow_tasks=True) as client:
                 state = await mcp_tasks.get(client.session, task_id, timeout_s)
                 raw = state.get("result")
                 if state["status"] == "completed" and raw is not None:
@@ -274,15 +279,12 @@ async def get_task(
 async def cancel_task(
     server: McpServer, settings: Mapping[str, str], task_id: str, timeout_s: float
 ) -> bool:
-    from mcp import Client
 
     from adapters import mcp_tasks
 
     try:
         async with asyncio.timeout(timeout_s):
-            async with Client(
-                _transport(server, settings), extensions=[mcp_tasks.extension()]
-            ) as client:
+            async with _client(server, settings, follow_tasks=True) as client:
                 await mcp_tasks.cancel(client.session, task_id, timeout_s)
                 return True
     except Exception:  # noqa: BLE001 - best effort: the task ends by its own TTL otherwise

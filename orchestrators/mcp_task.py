@@ -44,6 +44,7 @@ import azure.durable_functions as df
 
 from kernel.common import content
 from kernel.common.statuses import TaskStatus
+from kernel.turn.mcp_config import DEFAULT_TASK_TIMEOUT_S
 from orchestrators.steps import error_text, event_or_deadline, event_payload, set_status
 from orchestrators.tool_task import (
     INLINE_ARGUMENTS_BYTES,
@@ -263,7 +264,7 @@ def follow(
     task_id = str(handle["taskId"])
     reason = f"{checked['server']} runs {checked['tool']} as its task {task_id}"
     yield phase(context, tool, TaskStatus.RUNNING, "mcp_task", reason)
-    timeout_s = float(checked.get("task_timeout_s") or 3600)
+    timeout_s = float(checked.get("task_timeout_s") or DEFAULT_TASK_TIMEOUT_S)
     deadline = context.current_utc_datetime + timedelta(seconds=timeout_s)
     job = {
         "mcp": tool.job.get("mcp") or {},

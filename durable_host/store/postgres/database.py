@@ -128,8 +128,7 @@ class Database:
 
     async def _configure_pooled(self, conn: Conn) -> None:
         await self._configure(conn)
-        for name, statement in self.prepared.values():
-            await conn.execute(f"PREPARE {name} AS {statement}".encode(), prepare=False)
+        await _prepare(conn, self.prepared)
 
     async def open_pool(self) -> None:
         self.pool = AsyncConnectionPool(
@@ -481,11 +480,16 @@ class Begun:
             # statements of its own, which drops these too: nothing was written (the
             # transaction failed at its first statement); prepare again, send again.
             await self.conn.rollback()
-            for name, statement in self.prepared.values():
-                await self.conn.execute(f"PREPARE {name} AS {statement}".encode(), prepare=False)
+            await _prepare(self.conn, self.prepared)
             await cur.execute("BEGIN; " + sent, args)
         cur.nextset()  # past BEGIN's answer, to the statement's
         return cur
+
+
+async def _prepare(conn: Conn, prepared: dict[str, tuple[str, str]]) -> None:
+    """SQL ``PREPARE`` of every statement in ``prepared`` (``Database.prepared``) by its name."""
+    for name, statement in prepared.values():
+        await conn.execute(f"PREPARE {name} AS {statement}".encode(), prepare=False)
 
 
 async def _roll_back(conn: Conn) -> None:
