@@ -14,8 +14,8 @@ not buried under a turn a second in the long run). The default run sends
 client's requests, so that they meet the loop across thousands of executions, docs/testing.md).
 A burst of wake-ups is drained by the execution after the one it woke
 (``orchestrators/agent_loop.py``), so the loop's next occurrence comes within a bound that
-does not grow with the number of requests, and no execution's history holds more than a
-bounded share of them. The test prints what it measured (requests, answers, executions, the
+does not grow with the number of requests; the executions and the largest history are held
+to loose sanity bounds (the drain itself is pinned by the unit tests). The test prints what it measured (requests, answers, executions, the
 largest history it saw) for docs/loops.md. Bounded polls only; nothing asserts on durations.
 """
 
@@ -123,8 +123,10 @@ def test_every_control_request_is_applied_once_across_executions(
         f" (digest {after['controls']['digest']}), {generations} executions,"
         f" largest history {largest[0]} events, {time.monotonic() - started:.0f} s"
     )
-    # Each request woke the loop at most once: a few executions per request at most, never
-    # one per request still buffered behind it.
+    # Sanity bounds for any number of requests: they catch a runaway, not the quadratic
+    # growth of the build before the drain (at this test's default 60 requests that stayed
+    # under them too); tests/unit/orchestrators/test_agent_loop.py pins the drain itself
+    # (1,000 wake-ups in one batch settle in 2 executions; 11 and counting before).
     assert generations <= 3 * len(sent) + 20, generations
     assert largest[0] <= 3 * len(sent) + 100, largest[0]
 
