@@ -128,6 +128,7 @@ AB_KEYS = (
     "many_x5_s",
     "event_ms",
     "entity_call_ms",
+    "entity_requests_per_call",
 )
 
 

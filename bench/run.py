@@ -125,8 +125,12 @@ def host_round(
     out["event_ms"] = (completed(host, waiter)[1] - raised) * 1000
     sleeper = host.start_orchestration("sleeper", {"seconds": 1})
     out["timer_late_ms"] = (span(completed(host, sleeper)) - 1.0) * 1000
+    trips = host_bench.metrics(host).get("store_round_trips")
     calls = host.start_orchestration("entity_calls", {"key": "k", "calls": size["calls"]})
     out["entity_call_ms"] = span(completed(host, calls)) * 1000 / size["calls"]
+    if trips is not None:  # as the chain's: the status reads while it waits included
+        after = host_bench.metrics(host)["store_round_trips"]
+        out["entity_requests_per_call"] = (after - trips) / size["calls"]
     return out
 
 
