@@ -52,6 +52,16 @@ def following(host: HostProcess, tool_task: str) -> str:
     return str(found)
 
 
+def running_task(host: HostProcess, server: HttpServer, name: str) -> tuple[str, str, str]:
+    """Submit a turn that builds ``name`` while the server holds it; once the kernel follows
+    the server's task: the submission, the tool task and the server's task id."""
+    arrived = server.hold("build")
+    sub = submit(host, SESSION, f'call mcp__t__build with {{"name": "{name}"}}')
+    wait_file(arrived)
+    tool_task = f"{sub}:tool:1:0"
+    return sub, tool_task, following(host, tool_task)
+
+
 def results(host: HostProcess) -> list[dict]:
     return [data["result"] for data in tool_results(host, SESSION)]
 
@@ -60,11 +70,7 @@ def test_a_task_is_polled_to_its_result_and_after_a_crash_polled_again_not_calle
     fresh_kernel_host, server
 ):
     host = task_host(fresh_kernel_host, server).start()
-    arrived = server.hold("build")
-    sub = submit(host, SESSION, 'call mcp__t__build with {"name": "a"}')
-    wait_file(arrived)
-    tool_task = f"{sub}:tool:1:0"
-    task_id = following(host, tool_task)
+    sub, tool_task, task_id = running_task(host, server, "a")
     assert view(host, SESSION)["tasks"][tool_task]["phase"] == "mcp_task"
     host.kill()  # the task goes on at the server; its handle is in the ledger and the history
 
@@ -108,10 +114,7 @@ def test_a_task_the_server_forgot_is_lost_and_a_non_idempotent_call_is_not_sent_
     fresh_kernel_host, server
 ):
     host = task_host(fresh_kernel_host, server).start()
-    arrived = server.hold("build")
-    sub = submit(host, SESSION, 'call mcp__t__build with {"name": "c"}')
-    wait_file(arrived)
-    following(host, f"{sub}:tool:1:0")
+    sub, _, _ = running_task(host, server, "c")
     server.kill()  # its tasks were in its memory
     server.release("build")
     server.start()  # the same address, no tasks
@@ -128,10 +131,7 @@ def test_a_turn_cancelled_while_the_server_runs_its_task_cancels_the_task(
     fresh_kernel_host, server
 ):
     host = task_host(fresh_kernel_host, server).start()
-    arrived = server.hold("build")
-    sub = submit(host, SESSION, 'call mcp__t__build with {"name": "d"}')
-    wait_file(arrived)
-    following(host, f"{sub}:tool:1:0")
+    sub, tool_task, _ = running_task(host, server, "d")
 
     signalled = host.post(
         f"{WEBHOOK}/entities/session/{SESSION}?op=cancel",
@@ -144,5 +144,5 @@ def test_a_turn_cancelled_while_the_server_runs_its_task_cancels_the_task(
     wait_for(lambda: (server.folder / "build.cancelled").exists(), 30, "the server's cancel")
     [result] = results(host)
     assert result["kind"] == "cancelled" and "the user left" in result["message"]
-    assert view(host, SESSION)["tasks"][f"{sub}:tool:1:0"]["status"] == "cancelled"
+    assert view(host, SESSION)["tasks"][tool_task]["status"] == "cancelled"
     assert server.calls("build") == 1
