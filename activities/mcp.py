@@ -38,7 +38,13 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from activities.tool_env import Outcome, ToolEnv, stored_if_large, tool_progress
+from activities.tool_env import (
+    INLINE_RESULT_BYTES,
+    Outcome,
+    ToolEnv,
+    stored_if_large,
+    tool_progress,
+)
 from adapters import mcp_client
 from adapters.content_store import default_store
 from entities import session_pages
@@ -51,7 +57,6 @@ log = logging.getLogger("kernel.mcp")
 LIST_TIMEOUT_S = 30.0
 INLINE_CONTENT_BYTES = 4 * 1024
 MAX_RESULT_BYTES = 4 * 1024 * 1024
-MAX_INLINE_RESULT_BYTES = 12 * 1024  # what one result may keep inline in the history
 _listings: dict[str, tuple[float, dict[str, Any]]] = {}
 
 
@@ -290,7 +295,7 @@ def _store_large(result: dict[str, Any]) -> dict[str, Any]:
     structured = result.get("structuredContent")
     if isinstance(structured, dict) and set(structured) == {"_store"}:
         shaped["structuredContent"] = {"content_ref": store.put(structured["_store"])}
-    if len(mcp_client.dumps(shaped).encode()) > MAX_INLINE_RESULT_BYTES:
+    if len(mcp_client.dumps(shaped).encode()) > INLINE_RESULT_BYTES:
         # Many small items add up: every text goes by reference, so what the history keeps
         # stays small whatever the server sends.
         shaped["content"] = [_by_reference(store, item) for item in shaped.get("content") or []]
