@@ -19,10 +19,15 @@ APP = "storage"
 
 
 def env(connection: str, **more: str) -> dict[str, str]:
-    """The test app's settings: ``AppStorage`` on the test's Azurite, short leases and scans."""
+    """The test app's settings: ``AppStorage`` on the test's Azurite, short leases and scans,
+    and containers of their own for what a test looks for by content or by listing (every
+    suite's hosts share one Azurite, and the hosts of other modules run meanwhile: a host
+    watching the same samples would run their blob trigger too)."""
     return {
         "AppStorage": connection,
-        "STAMP_CONTAINER": "stamps",
+        "STAMP_CONTAINER": unique("stamps-"),
+        "SAMPLES_CONTAINER": unique("samples-"),
+        "TIMER_CONTAINER": unique("timers-"),
         "PLAIN_QUEUE": "plain-base64",
         "DURABLE_HOST_QUEUE_LEASE_SECONDS": "3",
         "DURABLE_HOST_BLOB_SCAN_SECONDS": "0.3",
@@ -45,6 +50,13 @@ class Account:
             return self.blobs.get_blob_client(container, name).download_blob().readall()
         except ResourceNotFoundError:
             return None
+
+    def names(self, container: str, prefix: str) -> list[str]:
+        """The blobs of ``container`` whose names start with ``prefix`` (none: no container)."""
+        try:
+            return [b.name for b in self.blobs.get_container_client(container).list_blobs(prefix)]
+        except ResourceNotFoundError:
+            return []
 
     def put_blob(self, container: str, name: str, data: bytes | str) -> None:
         try:

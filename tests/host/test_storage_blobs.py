@@ -24,16 +24,17 @@ def test_each_blob_runs_once_with_two_hosts_and_a_restart_and_a_failing_one_is_p
     host_id = unique("host-")
     settings = env(storage_account, AzureFunctionsWebHost__hostid=host_id)
     hosts = [make_host(APP, env=settings, name=f"b{i}").start() for i in range(2)]
+    samples = settings["SAMPLES_CONTAINER"]  # this test's own (storage_support.env)
     names = [unique("s") for _ in range(4)]
     bad = unique("bad")
     account.put_blob("bad", bad, "x")
     for name in names:
-        account.put_blob("samples", f"{name}.txt", f"text of {name}")
+        account.put_blob(samples, f"{name}.txt", f"text of {name}")
 
     for name in names:
         done = as_json(account.wait_blob("processed", f"{name}.txt"))
         assert done == {
-            "name": f"samples/{name}.txt",
+            "name": f"{samples}/{name}.txt",
             "length": len(f"text of {name}"),
             "upper": f"TEXT OF {name}".upper(),
         }
@@ -43,12 +44,12 @@ def test_each_blob_runs_once_with_two_hosts_and_a_restart_and_a_failing_one_is_p
     wait_for(lambda: scans(restarted) >= before + 3, 30, "three scans after the restart")
 
     def runs_of(name: str) -> int:
-        return sum(r["blob"] == f"samples/{name}.txt" for r in account.runs("samples"))
+        return sum(r["blob"] == f"{samples}/{name}.txt" for r in account.runs("samples"))
 
     assert [runs_of(n) for n in names] == [1] * len(names)
 
     # A changed blob (a new ETag) runs once more.
-    account.put_blob("samples", f"{names[0]}.txt", "changed")
+    account.put_blob(samples, f"{names[0]}.txt", "changed")
     wait_for(
         lambda: as_json(account.blob("processed", f"{names[0]}.txt"))["upper"] == "CHANGED",
         30,

@@ -74,14 +74,17 @@ def test_plain_messages_with_message_encoding_none(make_host, storage_account: s
         AzureFunctionsJobHost__extensions__queues__messageEncoding="none",
     )
     make_host(APP, env=settings).start()
+    # The queue's name makes the text this test's own: the run on the other store shares the
+    # account and its "results" container.
+    text = f"not base64 at all: ü {queue}"
 
-    account.send(queue, "not base64 at all: ü", encoding="none")
+    account.send(queue, text, encoding="none")
 
     found = wait_for(
         lambda: [
-            b.name
-            for b in account.blobs.get_container_client("results").list_blobs("plain-")
-            if account.blob("results", b.name) == "not base64 at all: ü".encode()
+            name
+            for name in account.names("results", "plain-")
+            if account.blob("results", name) == text.encode()
         ],
         30,
         "the plain message's blob",

@@ -26,7 +26,13 @@ def test_bindings_and_triggers_on_an_identity_based_connection(
     host = HostProcess(
         APPS / "storage",
         f"sqlite:{tmp_path / 'hub.db'}",
-        env={**app_storage, "STAMP_CONTAINER": "stamps", "PLAIN_QUEUE": "plain-identity"},
+        env={
+            **app_storage,
+            "STAMP_CONTAINER": "stamps",
+            "SAMPLES_CONTAINER": "samples-identity",
+            "TIMER_CONTAINER": "timers-identity",
+            "PLAIN_QUEUE": "plain-identity",
+        },
         log_path=tmp_path / "host.log",
     ).start(timeout=60)
     try:

@@ -52,7 +52,7 @@ def write_text(req: func.HttpRequest, out: func.Out[str], jobs: func.Out[list[st
 
 
 @app.route(route="samples/{name}", methods=["PUT"])
-@app.blob_output(arg_name="out", path="samples/{name}.txt", connection=CONN)
+@app.blob_output(arg_name="out", path="%SAMPLES_CONTAINER%/{name}.txt", connection=CONN)
 def write_sample(req: func.HttpRequest, out: func.Out[str]) -> str:
     out.set(req.get_body().decode())
     return "stored"
@@ -105,7 +105,7 @@ def echo(req: func.HttpRequest, q: func.Out[str]) -> str:
 
 
 @app.timer_trigger(schedule="0 0 0 1 1 *", arg_name="timer", run_on_startup=True)
-@app.blob_output(arg_name="out", path="timers/{rand-guid}.txt", connection=CONN)
+@app.blob_output(arg_name="out", path="%TIMER_CONTAINER%/{rand-guid}.txt", connection=CONN)
 def on_start(timer: func.TimerRequest, out: func.Out[str]) -> None:
     out.set("ran on startup")
 
@@ -201,7 +201,7 @@ def on_plain(msg: func.QueueMessage, out: func.Out[bytes]) -> None:
 # --- blob triggers -------------------------------------------------------------------------
 
 
-@app.blob_trigger(arg_name="blob", path="samples/{name}.txt", connection=CONN)
+@app.blob_trigger(arg_name="blob", path="%SAMPLES_CONTAINER%/{name}.txt", connection=CONN)
 @app.blob_output(arg_name="out", path="processed/{name}.txt", connection=CONN)
 @app.table_output(
     arg_name="run",
