@@ -20,14 +20,18 @@ APP = "storage"
 
 def env(connection: str, **more: str) -> dict[str, str]:
     """The test app's settings: ``AppStorage`` on the test's Azurite, short leases and scans,
-    and containers of their own for what a test looks for by content or by listing (every
-    suite's hosts share one Azurite, and the hosts of other modules run meanwhile: a host
-    watching the same samples would run their blob trigger too)."""
+    and queues and containers of their own for what a test sends or looks for (every suite's
+    hosts share one Azurite, and the hosts of other modules run meanwhile: a host listening
+    on the same queue, or watching the same samples, would run the test's messages and blobs
+    too)."""
     return {
         "AppStorage": connection,
         "STAMP_CONTAINER": unique("stamps-"),
         "SAMPLES_CONTAINER": unique("samples-"),
         "TIMER_CONTAINER": unique("timers-"),
+        "JOBS_QUEUE": unique("jobs-"),
+        "FAILING_QUEUE": unique("failing-"),
+        "SLOW_QUEUE": unique("slow-"),
         "PLAIN_QUEUE": "plain-base64",
         "DURABLE_HOST_QUEUE_LEASE_SECONDS": "3",
         "DURABLE_HOST_BLOB_SCAN_SECONDS": "0.3",

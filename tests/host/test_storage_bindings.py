@@ -58,7 +58,7 @@ def test_a_failing_function_writes_none_of_its_outputs(host: HostProcess, accoun
 
     assert resp.status == 500
     assert account.blob("files", f"{name}.txt") is None
-    assert not any(name in m for m in account.messages("jobs"))
+    assert not any(name in m for m in account.messages(host.env["JOBS_QUEUE"]))
 
 
 def test_a_storage_error_fails_the_invocation_not_the_host(host: HostProcess, account: Account):
@@ -157,7 +157,9 @@ def test_a_timer_function_writes_its_blob_output(host: HostProcess, account: Acc
 def test_the_dashboard_lists_queue_and_blob_functions_with_their_backlog(host: HostProcess):
     rows = {r["name"]: r for r in host.get("/admin/dashboard/api/storage").json()["functions"]}
 
-    assert rows["on_job"]["trigger"] == "queueTrigger" and rows["on_job"]["source"] == "jobs"
+    assert (
+        rows["on_job"]["trigger"] == "queueTrigger" and rows["on_job"]["source"] == "%JOBS_QUEUE%"
+    )
     assert isinstance(rows["on_job"]["waiting"], int)
     assert rows["on_sample"]["trigger"] == "blobTrigger"
     assert rows["on_sample"]["source"] == "%SAMPLES_CONTAINER%/{name}.txt"  # as configured

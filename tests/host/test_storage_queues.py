@@ -26,11 +26,13 @@ def test_a_message_arrives_with_its_fields_is_deleted_after_success_or_poisoned(
         "DURABLE_HOST_TELEMETRY_FILE": str(spans),
         "OTEL_BSP_SCHEDULE_DELAY": "200",
     }
-    host = make_host(APP, env=env(storage_account, STORAGE_TEST_MARKS=str(marks), **traced))
+    settings = env(storage_account, STORAGE_TEST_MARKS=str(marks), **traced)
+    jobs, failing = settings["JOBS_QUEUE"], settings["FAILING_QUEUE"]  # this test's own
+    host = make_host(APP, env=settings)
     host.start()
     name, payload = unique(), unique("bad")
-    account.send("jobs", json.dumps({"name": name, "text": "x"}))
-    account.send("failing", payload)
+    account.send(jobs, json.dumps({"name": name, "text": "x"}))
+    account.send(failing, payload)
 
     seen = as_json(account.wait_blob("results", f"{name}.json"))
 
@@ -38,9 +40,9 @@ def test_a_message_arrives_with_its_fields_is_deleted_after_success_or_poisoned(
     assert seen["id"] and seen["pop_receipt"]
     inserted = datetime.fromisoformat(seen["insertion_time"])
     assert datetime.fromisoformat(seen["expiration_time"]) > inserted
-    wait_for(lambda: account.length("jobs") == 0, 30, "the message to be deleted")
+    wait_for(lambda: account.length(jobs) == 0, 30, "the message to be deleted")
     scale = host.get("/admin/host/scale").json()
-    assert {"function": "on_job", "queue": "jobs", "length": 0, "oldestAgeSeconds": None} in scale[
+    assert {"function": "on_job", "queue": jobs, "length": 0, "oldestAgeSeconds": None} in scale[
         "queues"
     ]
     # The invocation ran in its CONSUMER span.
@@ -59,10 +61,10 @@ def test_a_message_arrives_with_its_fields_is_deleted_after_success_or_poisoned(
     assert {s["kind"] for s in found} == {"SpanKind.CONSUMER"}
     assert found[0]["attributes"]["faas.invoked_name"] == "on_job"
     # The failing message: tried maxDequeueCount (3) times, then moved to <queue>-poison.
-    wait_for(lambda: payload in account.messages("failing-poison"), 60, "the poison message")
+    wait_for(lambda: payload in account.messages(f"{failing}-poison"), 60, "the poison message")
     tries = sorted(p.name for p in marks.iterdir() if payload in p.name)
     assert tries == [f"failing-{payload}-{n}" for n in (1, 2, 3)]
-    assert payload not in account.messages("failing")
+    assert payload not in account.messages(failing)
 
 
 def test_plain_messages_with_message_encoding_none(make_host, storage_account: str) -> None:
@@ -104,7 +106,7 @@ def test_two_hosts_share_a_queue_and_run_each_message_once(make_host, storage_ac
     hosts = [make_host(APP, env=settings, name=f"h{i}").start() for i in range(2)]
     names = [unique("m") for _ in range(12)]
     for name in names:
-        account.send("slow", json.dumps({"name": name, "sleep": 0.3}))
+        account.send(settings["SLOW_QUEUE"], json.dumps({"name": name, "sleep": 0.3}))
 
     results = [as_json(account.wait_blob("results", f"slow-{n}.json", 60)) for n in names]
 
@@ -124,7 +126,7 @@ def test_a_host_killed_mid_message_loses_nothing(
     settings = env(storage_account, STORAGE_TEST_MARKS=str(marks))
     first: HostProcess = make_host(APP, env=settings).start()
     name = unique("k")
-    account.send("slow", json.dumps({"name": name, "sleep": 60}))
+    account.send(settings["SLOW_QUEUE"], json.dumps({"name": name, "sleep": 60}))
     wait_for(lambda: (marks / f"slow-{name}-1").exists(), 30, "the first try to start")
 
     first.kill()  # SIGKILL while the function runs: nothing was deleted
@@ -133,4 +135,4 @@ def test_a_host_killed_mid_message_loses_nothing(
     result = as_json(account.wait_blob("results", f"slow-{name}.json", 60))
     assert result["try"] == 2  # the message came back after its lease and ran again
     assert [r["name"] for r in account.runs("slow")].count(name) == 1
-    wait_for(lambda: account.length("slow") == 0, 30, "the message to be deleted")
+    wait_for(lambda: account.length(settings["SLOW_QUEUE"]) == 0, 30, "the message to be deleted")

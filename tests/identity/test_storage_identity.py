@@ -32,6 +32,9 @@ def test_bindings_and_triggers_on_an_identity_based_connection(
             "SAMPLES_CONTAINER": "samples-identity",
             "TIMER_CONTAINER": "timers-identity",
             "PLAIN_QUEUE": "plain-identity",
+            "JOBS_QUEUE": "jobs",
+            "FAILING_QUEUE": "failing-identity",
+            "SLOW_QUEUE": "slow-identity",
         },
         log_path=tmp_path / "host.log",
     ).start(timeout=60)

@@ -41,7 +41,7 @@ def read_text(req: func.HttpRequest, text: str | None) -> func.HttpResponse:
 
 @app.route(route="files/{name}", methods=["PUT"])
 @app.blob_output(arg_name="out", path="files/{name}.txt", connection=CONN)
-@app.queue_output(arg_name="jobs", queue_name="jobs", connection=CONN)
+@app.queue_output(arg_name="jobs", queue_name="%JOBS_QUEUE%", connection=CONN)
 def write_text(req: func.HttpRequest, out: func.Out[str], jobs: func.Out[list[str]]) -> str:
     out.set(req.get_body().decode())
     name = req.route_params["name"]
@@ -148,7 +148,7 @@ def list_people(req: func.HttpRequest, rows: str) -> func.HttpResponse:
 # --- queue triggers ------------------------------------------------------------------------
 
 
-@app.queue_trigger(arg_name="msg", queue_name="jobs", connection=CONN)
+@app.queue_trigger(arg_name="msg", queue_name="%JOBS_QUEUE%", connection=CONN)
 @app.blob_output(arg_name="out", path="results/{name}.json", connection=CONN)
 @app.table_output(
     arg_name="run", table_name="runs", partition_key="jobs", row_key="{rand-guid}", connection=CONN
@@ -172,13 +172,13 @@ def on_job(msg: func.QueueMessage, out: func.Out[str], run: func.Out[str]) -> No
     run.set(json.dumps({"name": body["name"]}))
 
 
-@app.queue_trigger(arg_name="msg", queue_name="failing", connection=CONN)
+@app.queue_trigger(arg_name="msg", queue_name="%FAILING_QUEUE%", connection=CONN)
 def on_failing(msg: func.QueueMessage) -> None:
     _mark(f"failing-{msg.get_body().decode()}-{msg.dequeue_count}")
     raise RuntimeError(f"always fails ({msg.get_body().decode()})")
 
 
-@app.queue_trigger(arg_name="msg", queue_name="slow", connection=CONN)
+@app.queue_trigger(arg_name="msg", queue_name="%SLOW_QUEUE%", connection=CONN)
 @app.blob_output(arg_name="out", path="results/slow-{name}.json", connection=CONN)
 @app.table_output(
     arg_name="run", table_name="runs", partition_key="slow", row_key="{rand-guid}", connection=CONN
